@@ -1,0 +1,77 @@
+-- Shared helpers. mooncake_redis/scripts.py prepends this file to every script,
+-- so each script stays one self-contained EVALSHA body (no FUNCTION LOAD needed).
+-- Helpers never raise: scripts check everything first and write afterwards, so a
+-- refusal returns before the first write and leaves nothing half-done.
+
+local INF = math.huge
+
+-- Milliseconds from the Redis clock, never the client's.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function fail(code, message)
+  return redis.error_reply('MCERR_' .. code .. ' ' .. message)
+end
+
+-- Redis prints infinite scores as "inf"; Lua 5.4 (fakeredis) refuses tonumber("inf").
+local function parse_score(s)
+  if s == 'inf' or s == '+inf' then return INF end
+  return tonumber(s)
+end
+
+local function score_arg(x)
+  if x == INF then return '+inf' end
+  return string.format('%.0f', x)
+end
+
+-- An object's eviction score: +inf while it cannot go (processing or hard-pinned),
+-- otherwise its lease end in ms.
+local function object_score(state, hard_pin, lease_ms)
+  if state ~= 'complete' or hard_pin == '1' then return INF end
+  return tonumber(lease_ms)
+end
+
+-- Keeps the shard's leaf index exact: a node is a leaf when it has registered keys
+-- and no children; its score is the highest score among its keys.
+local function refresh_leaf(children_key, keys_key, leaves_key, hash)
+  if redis.call('SCARD', children_key) == 0 then
+    local top = redis.call('ZRANGE', keys_key, -1, -1, 'WITHSCORES')
+    if top[1] then
+      redis.call('ZADD', leaves_key, top[2], hash)
+      return
+    end
+  end
+  redis.call('ZREM', leaves_key, hash)
+end
+
+-- Creates an empty node (a shell until it gets a parent or keys); returns 1 if created.
+local function ensure_node(node_key, stats_key, now)
+  if redis.call('EXISTS', node_key) == 1 then return 0 end
+  redis.call('HSET', node_key, 'created_ms', now, 'bytes', 0, 'processing', 0, 'soft_pins', 0)
+  redis.call('HINCRBY', stats_key, 'nodes', 1)
+  return 1
+end
+
+-- Adds one object to its node's key set and the node's counters.
+local function register_key(node_key, keys_key, key, size, state, soft_pin, hard_pin, lease_ms)
+  redis.call('ZADD', keys_key, score_arg(object_score(state, hard_pin, lease_ms)), key)
+  redis.call('HINCRBY', node_key, 'bytes', size)
+  if state ~= 'complete' then redis.call('HINCRBY', node_key, 'processing', 1) end
+  if soft_pin == '1' then redis.call('HINCRBY', node_key, 'soft_pins', 1) end
+end
+
+-- A node with no keys and no children is deleted; returns its parent ("" if unknown)
+-- when it was, false otherwise.
+local function delete_if_empty(node_key, children_key, keys_key, leaves_key, stats_key, hash)
+  if redis.call('EXISTS', node_key) == 0 then return false end
+  if redis.call('ZCARD', keys_key) > 0 or redis.call('SCARD', children_key) > 0 then
+    return false
+  end
+  local parent = redis.call('HGET', node_key, 'parent') or ''
+  redis.call('DEL', node_key, children_key, keys_key)
+  redis.call('ZREM', leaves_key, hash)
+  redis.call('HINCRBY', stats_key, 'nodes', -1)
+  return parent
+end

@@ -1,0 +1,115 @@
+"""One exception tree for every error mooncake-redis raises."""
+
+from __future__ import annotations
+
+
+class MooncakeRedisError(Exception):
+    """Root of every error this package raises; catch it to catch them all."""
+
+    code = "ERROR"
+
+    def __init__(self, message: str, *, key: str | None = None, prefix_hash: str | None = None):
+        super().__init__(message)
+        self.key = key
+        self.prefix_hash = prefix_hash
+
+
+class ConfigurationError(MooncakeRedisError):
+    """A URL, option or environment variable is invalid."""
+
+    code = "CONFIGURATION"
+
+
+class InvalidArgument(MooncakeRedisError, ValueError):
+    """A call got an argument of the wrong type or out of range; nothing was written."""
+
+    code = "INVALID_ARGUMENT"
+
+
+class ObjectNotFound(MooncakeRedisError):
+    """The object key is not in the store."""
+
+    code = "NOT_FOUND"
+
+
+class ObjectAlreadyExists(MooncakeRedisError):
+    """put_start of a key that is already stored (complete or still processing)."""
+
+    code = "ALREADY_EXISTS"
+
+
+class InvalidObjectState(MooncakeRedisError):
+    """The object is not in the state the operation needs (e.g. put_end twice)."""
+
+    code = "INVALID_STATE"
+
+
+class ObjectNotReady(InvalidObjectState):
+    """get of an object that is still processing: its writer has not called put_end."""
+
+    code = "NOT_READY"
+
+
+class ObjectLeased(MooncakeRedisError):
+    """remove of an object whose read lease has not expired; wait or pass force=True."""
+
+    code = "LEASED"
+
+
+class NoSpace(MooncakeRedisError):
+    """put_start would exceed capacity_bytes; an eviction job has been requested."""
+
+    code = "NO_SPACE"
+
+
+class ParentConflict(MooncakeRedisError):
+    """A node already records a different parent; a node's parent never changes."""
+
+    code = "PARENT_CONFLICT"
+
+
+class CycleDetected(MooncakeRedisError):
+    """The parent link would make a node its own ancestor."""
+
+    code = "CYCLE"
+
+
+class RadixTreeDisabled(MooncakeRedisError):
+    """A radix tree operation on a namespace configured with enable_radix_tree=False."""
+
+    code = "RADIX_TREE_DISABLED"
+
+
+class ScriptError(MooncakeRedisError):
+    """A script failed in a way the Python side does not know; a bug, please report it."""
+
+    code = "SCRIPT"
+
+
+_BY_CODE: dict[str, type[MooncakeRedisError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidArgument,
+        ObjectNotFound,
+        ObjectAlreadyExists,
+        InvalidObjectState,
+        ObjectNotReady,
+        ObjectLeased,
+        NoSpace,
+        ParentConflict,
+        CycleDetected,
+    )
+}
+
+SCRIPT_ERROR_PREFIX = "MCERR_"
+
+
+def from_script_error(message: str, *, key: str | None = None,
+                      prefix_hash: str | None = None) -> MooncakeRedisError:
+    """Turn a script's `MCERR_<CODE> text` error reply into the matching exception."""
+    text = message.strip()
+    if text.startswith(SCRIPT_ERROR_PREFIX):
+        code, _, detail = text[len(SCRIPT_ERROR_PREFIX):].partition(" ")
+        cls = _BY_CODE.get(code, ScriptError)
+        return cls(detail or text, key=key, prefix_hash=prefix_hash)
+    return ScriptError(text, key=key, prefix_hash=prefix_hash)

@@ -1,0 +1,48 @@
+"""Checks of caller input, done before anything is sent, so bad input writes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import InvalidArgument
+
+
+def check_text(value: Any, what: str, max_length: int) -> str:
+    """A non-empty str of at most max_length characters that encodes as UTF-8."""
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{what} must be a str, got {type(value).__name__}")
+    if not value:
+        raise InvalidArgument(f"{what} must not be empty")
+    if len(value) > max_length:
+        raise InvalidArgument(
+            f"{what} is {len(value)} characters, longer than max_key_length={max_length}"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{what} {value!r} is not valid UTF-8 text") from None
+    return value
+
+
+def check_size(value: Any, max_size: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"size must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise InvalidArgument(f"size must be >= 0, got {value}")
+    if value > max_size:
+        raise InvalidArgument(f"size {value} exceeds max_object_size={max_size}")
+    return value
+
+
+def check_flag(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{what} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def check_unique(values: list[str], what: str) -> None:
+    seen: set[str] = set()
+    for value in values:
+        if value in seen:
+            raise InvalidArgument(f"{what} {value!r} appears twice in one batch")
+        seen.add(value)
