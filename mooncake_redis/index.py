@@ -369,7 +369,6 @@ class Index:
         self._require_tree()
         registrations = [self._registration(*node) for node in nodes]
         check_unique([h for h, _, _ in registrations], "prefix hash")
-        self._check_parents_agree((h, p) for h, p, _ in registrations)
 
         def queue_register(batch: Batch, item: NodeRegistration, dry_run: bool) -> int:
             prefix_hash, parent, keys = item

@@ -1,0 +1,167 @@
+"""Eviction policies: each decides what to evict and asks the index, through CacheIndex, to do it."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Hashable
+from typing import Any, ClassVar
+
+from mooncake_redis.sim.cache_index import NORMAL_TIER, PROTECTED_TIER, CacheIndex
+from mooncake_redis.sim.keys import CacheKey
+from mooncake_redis.sim.workload import SYSTEM_PROMPT_SEQUENCE, Span, SpanKind
+
+
+class EvictionPolicy(ABC):
+    """The runner tells a policy what the workload does; `evict` frees at least one entry."""
+
+    name: ClassVar[str]
+
+    def __init__(self, index: CacheIndex[Any], layers: int, heads: int) -> None:
+        self.index = index
+        self.layers = layers
+        self.heads = heads
+
+    def tier_for(self, sequence: int, position: int) -> int:
+        """The LRU tier a newly cached entry of this position joins."""
+        return NORMAL_TIER
+
+    def on_span(self, span: Span) -> None:
+        """A question was asked or answered (READ and WRITE spans are reported per position)."""
+
+    def on_position_used(self, sequence: int, position: int) -> None:
+        """A position was read or written, in every layer and head."""
+
+    def on_insert(self, sequence: int, position: int) -> None:
+        """One entry of this position was cached."""
+
+    @abstractmethod
+    def evict(self) -> int:
+        """Evict by this policy's rule; return how many entries were removed (0: none left)."""
+
+    def cached_keys_of_span(self, sequence: int, start: int, end: int) -> list[Hashable]:
+        """Cached keys of positions start..end-1 in every layer and head: one range query each,
+        since the keys of one head are contiguous in key order."""
+        encode = self.index.encode_key
+        keys: list[Hashable] = []
+        for layer in range(self.layers):
+            for head in range(self.heads):
+                low = encode(CacheKey(sequence, layer, head, start))
+                high = encode(CacheKey(sequence, layer, head, end))
+                keys.extend(self.index.keys_in_range(low, high))
+        return keys
+
+
+class LruPolicy(EvictionPolicy):
+    """Evict the least recently used entry."""
+
+    name = "lru"
+
+    def evict(self) -> int:
+        return 0 if self.index.evict_oldest(NORMAL_TIER) is None else 1
+
+
+class PrefixProtectedLruPolicy(EvictionPolicy):
+    """LRU that spares the system prompt and the current question while anything else is left.
+
+    Protected entries live on their own LRU tier, so the victim is the oldest unprotected
+    entry, or the oldest protected one when nothing unprotected is cached (or, with a
+    bounded index, when none was found within its search budget).
+    """
+
+    name = "prefix-protected"
+
+    def __init__(self, index: CacheIndex[Any], layers: int, heads: int) -> None:
+        super().__init__(index, layers, heads)
+        self._current_question: Span | None = None
+
+    def tier_for(self, sequence: int, position: int) -> int:
+        question = self._current_question
+        if sequence == SYSTEM_PROMPT_SEQUENCE or (
+            question is not None
+            and sequence == question.sequence
+            and question.start <= position < question.end
+        ):
+            return PROTECTED_TIER
+        return NORMAL_TIER
+
+    def on_span(self, span: Span) -> None:
+        if span.kind is SpanKind.QUESTION_ASKED:
+            self._current_question, tier = span, PROTECTED_TIER
+        elif span.kind is SpanKind.QUESTION_ANSWERED:
+            self._current_question, tier = None, NORMAL_TIER
+        else:
+            return
+        for key in self.cached_keys_of_span(span.sequence, span.start, span.end):
+            self.index.insert(key, tier)
+
+    def evict(self) -> int:
+        for tier in (NORMAL_TIER, PROTECTED_TIER):
+            if self.index.evict_oldest(tier) is not None:
+                return 1
+        return 0
+
+
+class BlockHeatPolicy(EvictionPolicy):
+    """Evict, all at once, the cached block of positions with the least access heat.
+
+    A block is `block_tokens` consecutive positions of one sequence, in every layer and head.
+    Heat is an access count that halves every `half_life_uses` position uses. It is kept as
+    a sum of weights that grow by 2**(1/half_life) per use, which orders blocks exactly as
+    the decayed counts would, without touching every block on every use.
+    """
+
+    name = "block-heat"
+
+    # Rescale the weights before 2**exponent nears the float range.
+    _MAX_WEIGHT_EXPONENT = 512.0
+
+    def __init__(
+        self,
+        index: CacheIndex[Any],
+        layers: int,
+        heads: int,
+        block_tokens: int = 16,
+        half_life_uses: int = 4096,
+    ) -> None:
+        super().__init__(index, layers, heads)
+        if block_tokens < 1 or half_life_uses < 1:
+            raise ValueError("block_tokens and half_life_uses must be at least 1")
+        self.block_tokens = block_tokens
+        self._uses_per_doubling = float(half_life_uses)
+        self._uses_since_rescale = 0
+        self._heat: dict[tuple[int, int], float] = {}
+        self._cached_entries: dict[tuple[int, int], int] = {}
+
+    def heat_of(self, sequence: int, position: int) -> float:
+        """The block's current heat, in units of the most recent use's weight."""
+        weight = 2.0 ** (self._uses_since_rescale / self._uses_per_doubling)
+        return self._heat.get((sequence, position // self.block_tokens), 0.0) / weight
+
+    def on_position_used(self, sequence: int, position: int) -> None:
+        self._uses_since_rescale += 1
+        exponent = self._uses_since_rescale / self._uses_per_doubling
+        if exponent > self._MAX_WEIGHT_EXPONENT:
+            scale = 2.0**-exponent
+            self._heat = {block: heat * scale for block, heat in self._heat.items()}
+            self._uses_since_rescale, exponent = 0, 0.0
+        block = (sequence, position // self.block_tokens)
+        self._heat[block] = self._heat.get(block, 0.0) + 2.0**exponent
+
+    def on_insert(self, sequence: int, position: int) -> None:
+        block = (sequence, position // self.block_tokens)
+        self._cached_entries[block] = self._cached_entries.get(block, 0) + 1
+
+    def evict(self) -> int:
+        if not self._cached_entries:
+            return 0
+        coldest = min(self._cached_entries, key=lambda block: self._heat.get(block, 0.0))
+        del self._cached_entries[coldest]
+        sequence, block_number = coldest
+        start = block_number * self.block_tokens
+        keys = self.cached_keys_of_span(sequence, start, start + self.block_tokens)
+        for key in keys:
+            self.index.remove(key)
+        return len(keys)
+
+
+POLICY_NAMES = (LruPolicy.name, PrefixProtectedLruPolicy.name, BlockHeatPolicy.name)

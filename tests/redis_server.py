@@ -1,0 +1,62 @@
+"""Starts throwaway redis-server processes on free loopback ports for the tests."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class RedisServer:
+    """One redis-server in its own temporary directory; stop() kills it and removes the dir."""
+
+    def __init__(self, *extra_args: str, port: int | None = None, directory: Path | None = None):
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed; run scripts/test.sh, which installs it")
+        self.port = port or free_port()
+        self.directory = directory or Path(tempfile.mkdtemp(prefix="mooncake-redis-test-"))
+        self._owns_directory = directory is None
+        self.process = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
+             "--save", "", "--appendonly", "no", "--protected-mode", "no", *extra_args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._wait_until_up()
+
+    def _wait_until_up(self) -> None:
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"redis-server on port {self.port} exited at start")
+            try:
+                client.ping()
+                return
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError(f"redis-server on port {self.port} did not start in 10 s")
+
+    def kill(self) -> None:
+        """kill -9: no shutdown save, as a crash."""
+        self.process.kill()
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+        if self._owns_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
