@@ -1,0 +1,1 @@
+"""Simulator: hash-table vs radix-tree KV-cache indexes under eviction policies (issue 6)."""

@@ -41,15 +41,15 @@ class TrieNode:
     """A node keeps its whole prefix from the root, so merging a node away is a splice."""
 
     __slots__ = (
-        "path",
-        "depth",
-        "parent",
-        "label",
         "children",
+        "depth",
         "is_terminal",
-        "tier",
-        "lru_previous",
+        "label",
         "lru_next",
+        "lru_previous",
+        "parent",
+        "path",
+        "tier",
     )
 
     def __init__(self, path: Any, depth: int, parent: TrieNode | None, label: Hashable) -> None:

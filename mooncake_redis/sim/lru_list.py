@@ -17,7 +17,7 @@ ItemT = TypeVar("ItemT", bound=LruLinked)
 
 
 class _Sentinel:
-    __slots__ = ("lru_previous", "lru_next")
+    __slots__ = ("lru_next", "lru_previous")
 
     def __init__(self) -> None:
         self.lru_previous: LruLinked | None = self
@@ -27,7 +27,7 @@ class _Sentinel:
 class LruList(Generic[ItemT]):
     """Oldest at the head, most recently used at the tail; a circular list around a sentinel."""
 
-    __slots__ = ("_sentinel", "_length")
+    __slots__ = ("_length", "_sentinel")
 
     def __init__(self) -> None:
         self._sentinel = _Sentinel()

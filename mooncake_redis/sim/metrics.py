@@ -30,6 +30,9 @@ class RunMetrics:
     evicted_entries: int
     eviction_mean_ns: float
     eviction_p99_ns: float
+    eviction_ns_per_entry: float
+    """Total eviction time over entries evicted: comparable across policies that evict
+    one entry (LRU) or a whole block at a time."""
     retier_total_ms: float
     """Time spent moving entries between LRU tiers when a question is asked or answered."""
     memory_bytes: int

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from functools import partial
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from tqdm import tqdm
@@ -43,27 +43,15 @@ class SimulationSettings:
 
     indexes: tuple[str, ...] = INDEX_NAMES
     policies: tuple[str, ...] = POLICY_NAMES
-    capacity_fractions: tuple[float, ...] = (0.25, 0.5, 0.75)
+    capacity_fractions: tuple[float, ...] = (0.05, 0.1, 0.2, 0.4)
     scan_limit: int = 16
     block_tokens: int = 16
     half_life_uses: int = 4096
 
     def __post_init__(self) -> None:
-        for kind, names, known in (
-            ("index", self.indexes, INDEX_NAMES),
-            ("policy", self.policies, POLICY_NAMES),
-        ):
-            unknown = [name for name in names if name not in known]
-            if unknown or not names:
-                raise ValueError(
-                    f"unknown {kind} {', '.join(unknown) or '(none given)'}; "
-                    f"choose from {', '.join(known)}"
-                )
-        for fraction in self.capacity_fractions:
-            if not 0 < fraction <= 1:
-                raise ValueError(f"capacity {fraction} is not a fraction in (0, 1]")
-        if not self.capacity_fractions:
-            raise ValueError("give at least one capacity fraction")
+        check_names("index", self.indexes, INDEX_NAMES)
+        check_names("policy", self.policies, POLICY_NAMES)
+        check_capacity_fractions(self.capacity_fractions)
         for name in ("scan_limit", "block_tokens", "half_life_uses"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -75,6 +63,24 @@ class SimulationSettings:
             for policy in self.policies
             for index in self.indexes
         ]
+
+
+def check_names(kind: str, names: Sequence[str], known: Sequence[str]) -> None:
+    """Raise ValueError, listing the choices, unless `names` are some of `known`."""
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise ValueError(
+            f"unknown {kind} {', '.join(unknown) or '(none given)'}; choose from {', '.join(known)}"
+        )
+
+
+def check_capacity_fractions(fractions: Sequence[float]) -> None:
+    """Raise ValueError unless every capacity is a fraction of the working set in (0, 1]."""
+    if not fractions:
+        raise ValueError("give at least one capacity fraction")
+    for fraction in fractions:
+        if not 0 < fraction <= 1:
+            raise ValueError(f"capacity {fraction} is not a fraction of the working set in (0, 1]")
 
 
 def make_index(name: str, settings: SimulationSettings) -> CacheIndex[Any]:
@@ -169,7 +175,6 @@ def encoded_keys_by_position(
 ) -> list[list[list[Hashable]]]:
     """[sequence][position] -> the index's keys for every layer and head, encoded up front so
     that the timed lookups measure the index, not key formatting."""
-    config = workload.config
     system_length = len(workload.system_prompt)
     lengths = [system_length] + [system_length + len(t) for t in workload.session_tokens]
     table: list[list[list[Hashable]]] = [[[] for _ in range(length)] for length in lengths]
@@ -209,6 +214,7 @@ def run_one(
         evicted_entries=replay.evicted_entries,
         eviction_mean_ns=mean(replay.eviction_ns),
         eviction_p99_ns=percentile(replay.eviction_ns, 0.99),
+        eviction_ns_per_entry=sum(replay.eviction_ns) / max(1, replay.evicted_entries),
         retier_total_ms=replay.retier_ns / 1e6,
         memory_bytes=memory_bytes,
         seconds=time.perf_counter() - started,

@@ -17,7 +17,8 @@ DEFAULT_PAGE_TOKENS = 16
 """Tokens per KV-cache page in page chains (SGLang and Mooncake use 16 to 64)."""
 
 _TOKEN_ID_BYTES = 4
-_MAY_BE_ZERO = {"references_per_token", "recent_window_tokens", "seed"}
+MAY_BE_ZERO = frozenset({"references_per_token", "recent_window_tokens", "seed"})
+"""WorkloadConfig fields for which 0 is valid; every other field must be at least 1."""
 
 
 class SpanKind(enum.Enum):
@@ -58,7 +59,7 @@ class WorkloadConfig:
     def __post_init__(self) -> None:
         for field in fields(self):
             value = getattr(self, field.name)
-            minimum = 0 if field.name in _MAY_BE_ZERO else 1
+            minimum = 0 if field.name in MAY_BE_ZERO else 1
             if not isinstance(value, int) or value < minimum:
                 raise ValueError(f"{field.name} must be an integer >= {minimum}, got {value!r}")
         limits = {

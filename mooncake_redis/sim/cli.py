@@ -1,0 +1,215 @@
+"""The `sim` sub-command: parse options, run the experiment, print the table, write the files."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+from mooncake_redis.sim.metrics import timer_overhead_ns
+from mooncake_redis.sim.policies import POLICY_NAMES
+from mooncake_redis.sim.redis_backend import run_redis_backend
+from mooncake_redis.sim.report import (
+    CSV_NAME,
+    JSON_NAME,
+    PLOT_NAME,
+    format_table,
+    write_csv,
+    write_hit_rate_plot,
+    write_json,
+)
+from mooncake_redis.sim.runner import (
+    INDEX_NAMES,
+    SimulationSettings,
+    check_capacity_fractions,
+    check_names,
+    run_experiment,
+)
+from mooncake_redis.sim.workload import (
+    DEFAULT_PAGE_TOKENS,
+    MAY_BE_ZERO,
+    WorkloadConfig,
+    generate_workload,
+)
+
+BAD_INPUT_EXIT_CODE = 2
+
+_WORKLOAD_HELP = {
+    "sessions": "concurrent chat sessions, their turns interleaved at random",
+    "turns": "turns (question + answer) per session",
+    "system_prompt_tokens": "tokens of the system prompt every session shares",
+    "question_tokens": "mean tokens per user question (each drawn from mean/2..3*mean/2)",
+    "answer_tokens": "mean tokens per model answer (each drawn from mean/2..3*mean/2)",
+    "layers": "transformer layers; every position has one KV entry per layer and head",
+    "heads": "attention heads per layer",
+    "references_per_token": "spans of earlier turns each generated token reads back",
+    "reference_tokens": "tokens per read-back span",
+    "recent_window_tokens": "just-generated tokens each generated token re-reads",
+    "vocabulary_size": "token ids are drawn below this (only the page hashes see them)",
+    "seed": "random seed: the same seed and options give the same workload",
+}
+
+
+def _at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below the minimum {minimum}")
+        return value
+
+    return parse
+
+
+def _capacity_fractions(text: str) -> tuple[float, ...]:
+    try:
+        fractions = tuple(float(part) for part in text.split(","))
+        check_capacity_fractions(fractions)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
+    return fractions
+
+
+def _names_from(known: Sequence[str], kind: str) -> Callable[[str], tuple[str, ...]]:
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(name.strip() for name in text.split(",") if name.strip())
+        try:
+            check_names(kind, names, known)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+        return names
+
+    return parse
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add the `sim` sub-command to a CLI's sub-parsers."""
+    parser = subparsers.add_parser(
+        "sim",
+        help="simulate hash-table vs radix-tree KV-cache indexes under eviction policies",
+        description=(
+            "Replay a generated multi-turn chat workload against every chosen (index, "
+            "policy, capacity) and report hit rate, lookup and eviction time, and index "
+            "memory. See docs/SIMULATION.md."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    workload = parser.add_argument_group("workload")
+    defaults = WorkloadConfig()
+    for field in fields(WorkloadConfig):
+        workload.add_argument(
+            "--" + field.name.replace("_", "-"),
+            type=_at_least(0 if field.name in MAY_BE_ZERO else 1),
+            default=getattr(defaults, field.name),
+            help=_WORKLOAD_HELP[field.name],
+        )
+    experiment = parser.add_argument_group("experiment")
+    settings = SimulationSettings()
+    experiment.add_argument(
+        "--indexes",
+        type=_names_from(INDEX_NAMES, "index"),
+        default=",".join(settings.indexes),
+        help=f"comma-separated indexes to compare, from {', '.join(INDEX_NAMES)}",
+    )
+    experiment.add_argument(
+        "--policies",
+        type=_names_from(POLICY_NAMES, "policy"),
+        default=",".join(settings.policies),
+        help=f"comma-separated eviction policies, from {', '.join(POLICY_NAMES)}",
+    )
+    experiment.add_argument(
+        "--capacities",
+        type=_capacity_fractions,
+        default=",".join(map(str, settings.capacity_fractions)),
+        help="comma-separated cache capacities as fractions of the working set, e.g. 0.1,0.2",
+    )
+    experiment.add_argument(
+        "--scan-limit",
+        type=_at_least(1),
+        default=settings.scan_limit,
+        help="entries hash-bounded-scan looks at for an unprotected victim before giving up",
+    )
+    experiment.add_argument(
+        "--block-tokens",
+        type=_at_least(1),
+        default=settings.block_tokens,
+        help="positions per block for block-heat eviction",
+    )
+    experiment.add_argument(
+        "--half-life-uses",
+        type=_at_least(1),
+        default=settings.half_life_uses,
+        help="position uses after which a block's access heat has halved (block-heat)",
+    )
+    output = parser.add_argument_group("output")
+    output.add_argument(
+        "--out",
+        type=Path,
+        default=Path("out/sim"),
+        help=f"directory for {CSV_NAME}, {JSON_NAME} and (with --plot) {PLOT_NAME}",
+    )
+    output.add_argument(
+        "--plot", action="store_true", help=f"also write {PLOT_NAME}: hit rate against capacity"
+    )
+    output.add_argument(
+        "--no-progress", action="store_true", help="no progress bar on stderr"
+    )
+    backend = parser.add_argument_group("backend")
+    backend.add_argument(
+        "--backend",
+        choices=("memory", "redis"),
+        default="memory",
+        help="memory: the in-process indexes; redis: replay page chains on the service "
+        "(not implemented yet)",
+    )
+    backend.add_argument(
+        "--page-tokens",
+        type=_at_least(1),
+        default=DEFAULT_PAGE_TOKENS,
+        help="tokens per KV page in the page chains the redis backend replays",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the sub-command; the exit code is 0, or 2 for input the simulation cannot use."""
+    try:
+        config = WorkloadConfig(**{field.name: getattr(args, field.name) for field in fields(WorkloadConfig)})
+        settings = SimulationSettings(
+            indexes=args.indexes,
+            policies=args.policies,
+            capacity_fractions=args.capacities,
+            scan_limit=args.scan_limit,
+            block_tokens=args.block_tokens,
+            half_life_uses=args.half_life_uses,
+        )
+    except ValueError as error:
+        print(f"mooncake-redis sim: error: {error}", file=sys.stderr)
+        return BAD_INPUT_EXIT_CODE
+    workload = generate_workload(config)
+    if args.backend == "redis":
+        return run_redis_backend(workload, args)
+    results = run_experiment(workload, settings, show_progress=not args.no_progress)
+    print(format_table(results))
+    args.out.mkdir(parents=True, exist_ok=True)
+    description = {
+        "workload": asdict(config),
+        "working_set_entries": workload.working_set_entries,
+        "settings": asdict(settings),
+        "timer_overhead_ns": timer_overhead_ns(),
+        "python": platform.python_version(),
+    }
+    written = [args.out / CSV_NAME, args.out / JSON_NAME]
+    write_csv(results, written[0])
+    write_json(results, description, written[1])
+    if args.plot:
+        written.append(args.out / PLOT_NAME)
+        write_hit_rate_plot(results, written[-1])
+    print("wrote " + ", ".join(str(path) for path in written))
+    return 0

@@ -1,0 +1,105 @@
+"""Results as a text table, CSV, JSON and a hit-rate-against-capacity plot."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+from mooncake_redis.sim.metrics import RunMetrics
+
+CSV_NAME = "results.csv"
+JSON_NAME = "results.json"
+PLOT_NAME = "sim_hit_rate.png"
+
+# (header, how to show the value): the columns a reader compares; CSV and JSON carry all.
+_TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("index", "{}"),
+    ("policy", "{}"),
+    ("capacity_fraction", "{:.2f}"),
+    ("hit_rate", "{:.2%}"),
+    ("lookup_mean_ns", "{:,.0f}"),
+    ("lookup_p99_ns", "{:,.0f}"),
+    ("eviction_mean_ns", "{:,.0f}"),
+    ("eviction_p99_ns", "{:,.0f}"),
+    ("eviction_ns_per_entry", "{:,.0f}"),
+    ("memory_bytes", "{:,}"),
+)
+
+
+def format_table(results: Sequence[RunMetrics]) -> str:
+    """A fixed-width table, one row per run, numbers right-aligned."""
+    headers = [name for name, _ in _TABLE_COLUMNS]
+    rows = [
+        [pattern.format(getattr(result, name)) for name, pattern in _TABLE_COLUMNS]
+        for result in results
+    ]
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
+    text_columns = {"index", "policy"}
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            cell.ljust(width) if name in text_columns else cell.rjust(width)
+            for cell, width, name in zip(cells, widths, headers)
+        ).rstrip()
+
+    separator = "  ".join("-" * width for width in widths)
+    return "\n".join([line(headers), separator, *(line(row) for row in rows)])
+
+
+def write_csv(results: Sequence[RunMetrics], path: Path) -> None:
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[field.name for field in fields(RunMetrics)])
+        writer.writeheader()
+        writer.writerows(asdict(result) for result in results)
+
+
+def write_json(results: Sequence[RunMetrics], run_description: dict[str, Any], path: Path) -> None:
+    """The rows plus what produced them (workload, settings, timer overhead)."""
+    document = {"run": run_description, "results": [asdict(result) for result in results]}
+    path.write_text(json.dumps(document, indent=2) + "\n")
+
+
+def write_hit_rate_plot(results: Sequence[RunMetrics], path: Path) -> None:
+    """Hit rate against capacity, one line per (index, policy); same-policy lines share a colour."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: the plot only goes to a file
+    import matplotlib.pyplot as plt
+
+    policies = list(dict.fromkeys(result.policy for result in results))
+    indexes = list(dict.fromkeys(result.index for result in results))
+    colours = plt.get_cmap("tab10")
+    markers = "osD^v<>p"
+    line_styles = ["-", "--", ":", "-."]
+    figure, axes = plt.subplots(figsize=(8, 5))
+    for policy_number, policy in enumerate(policies):
+        for index_number, index in enumerate(indexes):
+            points = sorted(
+                (result.capacity_fraction, result.hit_rate)
+                for result in results
+                if result.policy == policy and result.index == index
+            )
+            if not points:
+                continue
+            capacities, hit_rates = zip(*points)
+            axes.plot(
+                capacities,
+                [100 * rate for rate in hit_rates],
+                color=colours(policy_number),
+                marker=markers[index_number % len(markers)],
+                linestyle=line_styles[index_number % len(line_styles)],
+                markersize=5,
+                label=f"{policy} / {index}",
+            )
+    axes.set_xlabel("cache capacity (fraction of the working set)")
+    axes.set_ylabel("hit rate (%)")
+    axes.set_title("KV-cache hit rate against capacity, per eviction policy and index")
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize=7, ncol=len(policies), loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
