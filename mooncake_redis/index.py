@@ -221,9 +221,19 @@ class Index:
     def put_end(self, key: str) -> None:
         """Mark a processing object complete (its lease starts now, so unread objects are
         evicted oldest first)."""
-        key = self._key(key)
-        prefix_hash = self.prefix_of(key)
-        self._run_one(lambda b: self.scripts.put_end(b, key, prefix_hash), key, prefix_hash)
+        self.batch_put_end([key])
+
+    def batch_put_end(self, keys: Sequence[str]) -> None:
+        """put_end for many keys in one round trip; raises the first refusal (the other
+        keys are completed all the same: each put_end stands alone)."""
+        keys = [self._key(k) for k in keys]
+        batch = self.batch()
+        for key in keys:
+            self.scripts.put_end(batch, key, self.prefix_of(key))
+        for key, result in zip(keys, batch.execute()):
+            if isinstance(result, MooncakeRedisError):
+                result.key = key
+                raise result
 
     def put_revoke(self, key: str) -> None:
         """Abandon a processing object: delete it and release its bytes."""
