@@ -33,17 +33,21 @@ local function object_score(state, hard_pin, lease_ms)
   return tonumber(lease_ms)
 end
 
--- Keeps the shard's leaf index exact: a node is a leaf when it has registered keys
--- and no children; its score is the highest score among its keys.
-local function refresh_leaf(children_key, keys_key, leaves_key, hash)
+-- Keeps the shard's leaf indexes exact: a node is a leaf when it has registered keys and
+-- no children; its score is the highest score among its keys. Leaves holding a
+-- soft-pinned key sit in soft_leaves, so eviction's first pass never has to skip them.
+local function refresh_leaf(node_key, children_key, keys_key, leaves_key, soft_leaves_key, hash)
   if redis.call('SCARD', children_key) == 0 then
     local top = redis.call('ZRANGE', keys_key, -1, -1, 'WITHSCORES')
     if top[1] then
-      redis.call('ZADD', leaves_key, top[2], hash)
+      local soft = tonumber(redis.call('HGET', node_key, 'soft_pins') or '0') > 0
+      redis.call('ZADD', soft and soft_leaves_key or leaves_key, top[2], hash)
+      redis.call('ZREM', soft and leaves_key or soft_leaves_key, hash)
       return
     end
   end
   redis.call('ZREM', leaves_key, hash)
+  redis.call('ZREM', soft_leaves_key, hash)
 end
 
 -- Creates an empty node (a shell until it gets a parent or keys); returns 1 if created.
@@ -64,7 +68,8 @@ end
 
 -- A node with no keys and no children is deleted; returns its parent ("" if unknown)
 -- when it was, false otherwise.
-local function delete_if_empty(node_key, children_key, keys_key, leaves_key, stats_key, hash)
+local function delete_if_empty(node_key, children_key, keys_key, leaves_key, soft_leaves_key,
+                               stats_key, hash)
   if redis.call('EXISTS', node_key) == 0 then return false end
   if redis.call('ZCARD', keys_key) > 0 or redis.call('SCARD', children_key) > 0 then
     return false
@@ -72,6 +77,39 @@ local function delete_if_empty(node_key, children_key, keys_key, leaves_key, sta
   local parent = redis.call('HGET', node_key, 'parent') or ''
   redis.call('DEL', node_key, children_key, keys_key)
   redis.call('ZREM', leaves_key, hash)
+  redis.call('ZREM', soft_leaves_key, hash)
   redis.call('HINCRBY', stats_key, 'nodes', -1)
   return parent
+end
+
+-- Deletes one object and its registration in its node (the node itself is left for the
+-- caller to clean up). f = {size, state, lease_ms, soft_pin, hard_pin} as stored.
+local function delete_object(obj_key, node_key, keys_key, objects_key, stats_key, key, f)
+  local size = tonumber(f[1])
+  redis.call('DEL', obj_key)
+  redis.call('ZREM', objects_key, key)
+  redis.call('HINCRBY', stats_key, 'used_bytes', -size)
+  redis.call('HINCRBY', stats_key, 'objects', -1)
+  if redis.call('ZREM', keys_key, key) == 1 then
+    redis.call('HINCRBY', node_key, 'bytes', -size)
+    if f[2] ~= 'complete' then redis.call('HINCRBY', node_key, 'processing', -1) end
+    if f[4] == '1' then redis.call('HINCRBY', node_key, 'soft_pins', -1) end
+  end
+  return size
+end
+
+-- After keys left a node: delete it if empty (returning its parent), else refresh its
+-- leafness (returning false).
+local function settle_node(node_key, children_key, keys_key, leaves_key, soft_leaves_key,
+                           stats_key, hash)
+  local parent = delete_if_empty(node_key, children_key, keys_key, leaves_key, soft_leaves_key,
+    stats_key, hash)
+  if parent then return parent end
+  refresh_leaf(node_key, children_key, keys_key, leaves_key, soft_leaves_key, hash)
+  return false
+end
+
+-- {size, state, lease_ms, soft_pin, hard_pin}; state is false when there is no object.
+local function read_object(obj_key)
+  return redis.call('HMGET', obj_key, 'size', 'state', 'lease_ms', 'soft_pin', 'hard_pin')
 end

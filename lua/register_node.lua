@@ -1,27 +1,26 @@
 -- register_node: path B of the RFC. Records a node's parent (filling a shell) and
 -- registers existing objects of this prefix under it.
--- KEYS: 1 node, 2 children, 3 keys, 4 leaves, 5 stats, then 1 per key: obj
--- ARGV: 1 prefix hash, 2 parent hash ("" = root / not given), 3 dry_run (0|1),
---       then 1 per key: key
+-- KEYS: 1 node, 2 children, 3 keys, 4 leaves, 5 soft_leaves, 6 stats, then 1 per key: obj
+-- ARGV: 1 prefix hash, 2 parent hash ("" = not given), 3 dry_run (0|1), then 1 per key: key
 -- Returns: {node_created (0|1), node_has_children (0|1)}
 -- Errors: MCERR_NOT_FOUND (a key that is not an object), MCERR_PARENT_CONFLICT,
 --         MCERR_INVALID_ARGUMENT (no keys for a node that does not exist)
-local node_key, children_key, keys_key, leaves_key, stats_key =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local node_key, children_key, keys_key, leaves_key, soft_leaves_key, stats_key =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local hash, parent, dry_run = ARGV[1], ARGV[2], ARGV[3] == '1'
+local FIRST_OBJECT = 7
 
 local objects = {}
-for i = 6, #KEYS do
-  local key = ARGV[i - 2]
-  local f = redis.call('HMGET', KEYS[i], 'size', 'state', 'lease_ms', 'soft_pin', 'hard_pin')
+for i = FIRST_OBJECT, #KEYS do
+  local key = ARGV[i - FIRST_OBJECT + 4]
+  local f = read_object(KEYS[i])
   if not f[2] then
     return fail('NOT_FOUND', 'no object ' .. key .. ' to register under node ' .. hash
       .. '; put_start it first')
   end
   objects[#objects + 1] = {key, f}
 end
-local exists = redis.call('EXISTS', node_key) == 1
-if #objects == 0 and not exists then
+if #objects == 0 and redis.call('EXISTS', node_key) == 0 then
   return fail('INVALID_ARGUMENT', 'node ' .. hash .. ' does not exist and no keys were given;'
     .. ' register it with at least one key')
 end
@@ -41,5 +40,5 @@ for _, o in ipairs(objects) do
     register_key(node_key, keys_key, key, tonumber(f[1]), f[2], f[4], f[5], f[3])
   end
 end
-refresh_leaf(children_key, keys_key, leaves_key, hash)
+refresh_leaf(node_key, children_key, keys_key, leaves_key, soft_leaves_key, hash)
 return {created, has_children}

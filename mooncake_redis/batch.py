@@ -111,3 +111,11 @@ def raise_first_error(results: Sequence[Any]) -> None:
     for result in results:
         if isinstance(result, MooncakeRedisError):
             raise result
+
+
+def score_pairs(reply: Sequence[Any]) -> list[tuple[str, float]]:
+    """(member, score) pairs of a WITHSCORES reply, whether the client already paired
+    them (redis-py does for some commands) or left them flat (RESP2 as sent)."""
+    if reply and isinstance(reply[0], (list, tuple)):
+        return [(member, float(score)) for member, score in reply]
+    return [(member, float(score)) for member, score in zip(reply[0::2], reply[1::2])]

@@ -51,6 +51,14 @@ class Config:
     """Whether fallback eviction may evict a node that still has children (the RFC's
     last resort; it leaves those children unreachable by match_prefix)."""
 
+    queue_url: str = ""
+    """Redis URL of the RQ queue for eviction jobs ("" = no queue: call evict() yourself).
+    RQ needs a plain Redis, so this is its own setting even when the index is on Cluster."""
+
+    eviction_lock_ttl_ms: int = 30_000
+    """The one-job-per-namespace lock expires this long after its worker's last round, so a
+    killed worker blocks eviction no longer than this."""
+
     max_rounds_per_job: int = 16
     """Eviction rounds one job runs before it hands over to a follow-up job."""
 
@@ -75,7 +83,7 @@ class Config:
         _require(0 <= self.eviction_ratio < self.high_watermark,
                  "eviction_ratio must be in [0, high_watermark)")
         _require(self.lease_ttl_ms >= 0, "lease_ttl_ms must be >= 0")
-        for name in ("max_rounds_per_job", "leaves_per_round", "max_depth",
+        for name in ("max_rounds_per_job", "leaves_per_round", "max_depth", "eviction_lock_ttl_ms",
                      "max_key_length", "max_object_size"):
             _require(getattr(self, name) >= 1, f"{name} must be >= 1")
         _require(self.config_refresh_seconds >= 0, "config_refresh_seconds must be >= 0")

@@ -48,7 +48,12 @@ def check(index: Index) -> FsckReport:
     for shard in all_shards():
         shard_keys = schema.shard_keys(shard)
         objects = dict(client.zrange(shard_keys.objects, 0, -1, withscores=True))
-        leaves = dict(client.zrange(shard_keys.leaves, 0, -1, withscores=True))
+        plain_leaves = dict(client.zrange(shard_keys.leaves, 0, -1, withscores=True))
+        soft_leaves = dict(client.zrange(shard_keys.soft_leaves, 0, -1, withscores=True))
+        for both in set(plain_leaves) & set(soft_leaves):
+            report.add("leaf_index_twice", f"{both} in leaves and soft_leaves of shard {shard}")
+        leaves = {leaf: (score, False) for leaf, score in plain_leaves.items()}
+        leaves.update((leaf, (score, True)) for leaf, score in soft_leaves.items())
         shard_bytes = 0
         for key, score in objects.items():
             info = index.object_info(key)
@@ -95,7 +100,8 @@ def check(index: Index) -> FsckReport:
     return report
 
 
-def _check_node(index: Index, report: FsckReport, prefix_hash: str, leaves: dict[str, float],
+def _check_node(index: Index, report: FsckReport, prefix_hash: str,
+                leaves: dict[str, tuple[float, bool]],
                 parents: dict[str, str | None], children_of: dict[str, set[str]]) -> None:
     node = index.get_node(prefix_hash)
     if node is None:
@@ -115,11 +121,15 @@ def _check_node(index: Index, report: FsckReport, prefix_hash: str, leaves: dict
         report.add("node_bytes", f"{prefix_hash} bytes={node.bytes}")
     if node.processing != sum(1 for i in present if i.state != "complete"):
         report.add("node_processing", f"{prefix_hash} processing={node.processing}")
+    if node.soft_pins != sum(1 for i in present if i.soft_pin):
+        report.add("node_soft_pins", f"{prefix_hash} soft_pins={node.soft_pins}")
     if node.is_leaf:
-        expected = max((INF if i.state != "complete" or i.hard_pin else i.lease_ms)
-                       for i in present) if present else None
+        score = max((INF if i.state != "complete" or i.hard_pin else i.lease_ms)
+                    for i in present) if present else None
+        expected = (score, node.soft_pins > 0)
         if leaves.get(prefix_hash) != expected:
-            report.add("leaf_score", f"{prefix_hash}: {leaves.get(prefix_hash)} != {expected}")
+            report.add("leaf_index", f"{prefix_hash}: (score, soft) "
+                                     f"{leaves.get(prefix_hash)} != {expected}")
     elif prefix_hash in leaves:
         report.add("leaf_index_stale", f"{prefix_hash} is in the leaf index but not a leaf")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 from collections import defaultdict
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import redis
 
@@ -29,6 +29,9 @@ from .prefix import PrefixExtractor, all_shards, load_extractor, shard_of
 from .scripts import Scripts
 from .tree_links import Link, TreeLinks
 from .validation import check_flag, check_size, check_text, check_unique
+
+if TYPE_CHECKING:
+    from .eviction import EvictionReport
 
 NodeRegistration = tuple[str, "str | None", Sequence[str]]
 """(prefix hash, parent hash or None, object keys registered under it)"""
@@ -421,14 +424,18 @@ class Index:
         batch.command("HGETALL", node.node)
         batch.command("SMEMBERS", node.children)
         batch.command("ZRANGE", node.keys, 0, -1)
-        batch.command("ZSCORE", self.schema.shard_keys(shard_of(prefix_hash)).leaves, prefix_hash)
-        fields, children, keys, score = batch.execute()
+        shard = self.schema.shard_keys(shard_of(prefix_hash))
+        batch.command("ZSCORE", shard.leaves, prefix_hash)
+        batch.command("ZSCORE", shard.soft_leaves, prefix_hash)
+        fields, children, keys, score, soft_score = batch.execute()
+        score = score if score is not None else soft_score
         if not fields:
             return None
         return NodeInfo(prefix_hash=prefix_hash, parent=fields.get("parent"),
                         children=sorted(children), keys=sorted(keys),
                         bytes=int(fields.get("bytes", 0)),
                         processing=int(fields.get("processing", 0)),
+                        soft_pins=int(fields.get("soft_pins", 0)),
                         eviction_score=None if score is None else float(score))
 
     def get_keys_by_prefix(self, prefix_hash: str) -> list[str]:
@@ -485,6 +492,14 @@ class Index:
         return len(chain)
 
     # -- capacity ------------------------------------------------------------------------
+
+    def evict(self, target_ratio: float | None = None) -> EvictionReport:
+        """Run one eviction job now, in this process: down to target_ratio of capacity
+        (default high_watermark - eviction_ratio). target_ratio=0 frees everything
+        evictable. See mooncake_redis.eviction."""
+        from .eviction import Evictor
+
+        return Evictor(self).run(target_ratio)
 
     def usage(self) -> Usage:
         """Bytes reserved against capacity, and object and node counts summed over shards."""

@@ -6,11 +6,14 @@ The schema is a contract that redis-cli users read (tests/test_keys.py pins it):
     <ns>:{<shard>}:node:<hash>      HASH  parent (absent = unknown), bytes, processing, soft_pins, created_ms
     <ns>:{<shard>}:children:<hash>  SET   child prefix hashes
     <ns>:{<shard>}:keys:<hash>      ZSET  registered object key -> eviction score
-    <ns>:{<shard>}:leaves           ZSET  leaf node hash -> eviction score
+    <ns>:{<shard>}:leaves           ZSET  leaf node hash -> eviction score (no soft-pinned key)
+    <ns>:{<shard>}:soft_leaves      ZSET  leaf node hash -> eviction score (some key soft-pinned)
     <ns>:{<shard>}:objects          ZSET  object key -> eviction score (lease-ordered fallback)
     <ns>:{<shard>}:stats            HASH  used_bytes, objects, nodes
     <ns>:config                     HASH  configuration shared by every client
     <ns>:usage                      STRING bytes reserved against capacity (admission)
+    <ns>:eviction_lock              STRING token of the one eviction job running (expires)
+    <ns>:eviction_requested         STRING set while an eviction job is queued (expires)
 
 `{<shard>}` is a Redis Cluster hash tag, so an object, its node and the node's sets
 share one slot and one script can update them atomically.
@@ -41,6 +44,7 @@ class ShardKeys:
     """The per-shard indexes every shard has once."""
 
     leaves: str
+    soft_leaves: str
     objects: str
     stats: str
 
@@ -60,7 +64,8 @@ class KeySchema:
 
     def shard_keys(self, shard: str) -> ShardKeys:
         tag = self.tag(shard)
-        return ShardKeys(leaves=f"{tag}:leaves", objects=f"{tag}:objects", stats=f"{tag}:stats")
+        return ShardKeys(leaves=f"{tag}:leaves", soft_leaves=f"{tag}:soft_leaves",
+                         objects=f"{tag}:objects", stats=f"{tag}:stats")
 
     def node_keys(self, prefix_hash: str) -> NodeKeys:
         tag = self.tag(shard_of(prefix_hash))
@@ -81,6 +86,14 @@ class KeySchema:
     @property
     def usage(self) -> str:
         return f"{self.namespace}:usage"
+
+    @property
+    def eviction_lock(self) -> str:
+        return f"{self.namespace}:eviction_lock"
+
+    @property
+    def eviction_requested(self) -> str:
+        return f"{self.namespace}:eviction_requested"
 
     def pattern(self) -> str:
         """A glob that matches every key of the namespace (for ACLs and redis-cli --scan)."""

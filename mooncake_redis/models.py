@@ -33,6 +33,8 @@ class NodeInfo:
     bytes: int
     processing: int
     """How many of its keys are still processing."""
+    soft_pins: int
+    """How many of its keys are soft-pinned (such a leaf waits for eviction's second pass)."""
     eviction_score: float | None
     """The node's score in its shard's leaf index (ms; inf = not evictable), None if not a leaf."""
 

@@ -13,7 +13,7 @@ from importlib import resources
 from typing import Sequence
 
 from .batch import Batch, LuaScript
-from .keys import KeySchema, NodeKeys
+from .keys import KeySchema
 from .prefix import shard_of
 
 LIBRARY = "_lib"
@@ -23,9 +23,11 @@ SCRIPT_NAMES = (
     "put_end",
     "grant_lease",
     "delete_objects",
+    "evict_leaves",
     "link_child",
     "unlink_child",
     "register_node",
+    "lock_token",
 )
 
 
@@ -50,26 +52,36 @@ class Scripts:
         self.all = [build_script(name) for name in SCRIPT_NAMES]
         self._by_name = {script.name: script for script in self.all}
 
-    def _node_and_shard(self, prefix_hash: str) -> tuple[NodeKeys, str]:
-        return self.schema.node_keys(prefix_hash), shard_of(prefix_hash)
+    def _node_keys(self, prefix_hash: str, *, with_keys: bool = True) -> list[str]:
+        """node, children, [keys,] leaves, soft_leaves, stats of the node's shard."""
+        node = self.schema.node_keys(prefix_hash)
+        shard = self.schema.shard_keys(shard_of(prefix_hash))
+        middle = [node.keys] if with_keys else []
+        return [node.node, node.children, *middle, shard.leaves, shard.soft_leaves, shard.stats]
 
     def _object_keys(self, key: str, prefix_hash: str) -> list[str]:
-        """obj, node, children, keys, leaves, objects: the layout of the per-object scripts."""
-        node, shard = self._node_and_shard(prefix_hash)
-        shard_keys = self.schema.shard_keys(shard)
+        """obj, node, children, keys, leaves, soft_leaves, objects, stats."""
+        node = self.schema.node_keys(prefix_hash)
+        shard = self.schema.shard_keys(shard_of(prefix_hash))
         return [self.schema.object_key(key, prefix_hash), node.node, node.children, node.keys,
-                shard_keys.leaves, shard_keys.objects]
+                shard.leaves, shard.soft_leaves, shard.objects, shard.stats]
+
+    def _shard_head(self, shard: str) -> list[str]:
+        keys = self.schema.shard_keys(shard)
+        return [keys.leaves, keys.soft_leaves, keys.objects, keys.stats]
 
     def reserve_bytes(self, batch: Batch, size: int, capacity: int) -> int:
         return batch.call(self._by_name["reserve_bytes"], [self.schema.usage], [size, capacity])
 
+    def lock_token(self, batch: Batch, lock_key: str, operation: str, token: str,
+                   ttl_ms: int = 0) -> int:
+        return batch.call(self._by_name["lock_token"], [lock_key], [operation, token, ttl_ms])
+
     def put_start(self, batch: Batch, key: str, prefix_hash: str, size: int, parent: str | None,
                   soft_pin: bool, hard_pin: bool, register: bool, dry_run: bool) -> int:
-        keys = self._object_keys(key, prefix_hash)
-        keys.append(self.schema.shard_keys(shard_of(prefix_hash)).stats)
         args = [key, prefix_hash, size, parent or "", _flag(soft_pin), _flag(hard_pin),
                 _flag(register), _flag(dry_run)]
-        return batch.call(self._by_name["put_start"], keys, args)
+        return batch.call(self._by_name["put_start"], self._object_keys(key, prefix_hash), args)
 
     def put_end(self, batch: Batch, key: str, prefix_hash: str) -> int:
         return batch.call(self._by_name["put_end"], self._object_keys(key, prefix_hash),
@@ -80,36 +92,39 @@ class Scripts:
                           [key, prefix_hash, ttl_ms])
 
     def delete_objects(self, batch: Batch, shard: str, mode: str,
-                       objects: Sequence[tuple[str, str]]) -> int:
+                       objects: Sequence[tuple[str, str]], soft_pins_allowed: bool = False,
+                       path_breaking: bool = False) -> int:
         """objects: (key, prefix hash) pairs, all of `shard`."""
-        shard_keys = self.schema.shard_keys(shard)
-        keys = [shard_keys.leaves, shard_keys.objects, shard_keys.stats]
-        args: list[str] = [mode]
+        keys = self._shard_head(shard)
+        args: list[str] = [mode, _flag(soft_pins_allowed), _flag(path_breaking)]
         for key, prefix_hash in objects:
             node = self.schema.node_keys(prefix_hash)
             keys += [self.schema.object_key(key, prefix_hash), node.node, node.children, node.keys]
             args += [key, prefix_hash]
         return batch.call(self._by_name["delete_objects"], keys, args)
 
+    def evict_leaves(self, batch: Batch, shard: str, leaves: Sequence[tuple[str, Sequence[str]]],
+                     soft_pins_allowed: bool) -> int:
+        """leaves: (prefix hash, the keys the caller saw registered under it), all of `shard`."""
+        keys = self._shard_head(shard)
+        args: list[str | int] = [_flag(soft_pins_allowed)]
+        for prefix_hash, object_keys in leaves:
+            node = self.schema.node_keys(prefix_hash)
+            keys += [node.node, node.children, node.keys]
+            keys += [self.schema.object_key(k, prefix_hash) for k in object_keys]
+            args += [prefix_hash, len(object_keys), *object_keys]
+        return batch.call(self._by_name["evict_leaves"], keys, args)
+
     def link_child(self, batch: Batch, parent: str, child: str) -> int:
-        node, shard = self._node_and_shard(parent)
-        shard_keys = self.schema.shard_keys(shard)
-        return batch.call(self._by_name["link_child"],
-                          [node.node, node.children, shard_keys.leaves, shard_keys.stats],
+        return batch.call(self._by_name["link_child"], self._node_keys(parent, with_keys=False),
                           [parent, child])
 
     def unlink_child(self, batch: Batch, parent: str, child: str) -> int:
-        node, shard = self._node_and_shard(parent)
-        shard_keys = self.schema.shard_keys(shard)
-        return batch.call(self._by_name["unlink_child"],
-                          [node.node, node.children, node.keys, shard_keys.leaves, shard_keys.stats],
-                          [parent, child])
+        return batch.call(self._by_name["unlink_child"], self._node_keys(parent), [parent, child])
 
     def register_node(self, batch: Batch, prefix_hash: str, parent: str | None,
                       keys: Sequence[str], dry_run: bool) -> int:
-        node, shard = self._node_and_shard(prefix_hash)
-        shard_keys = self.schema.shard_keys(shard)
-        redis_keys = [node.node, node.children, node.keys, shard_keys.leaves, shard_keys.stats]
+        redis_keys = self._node_keys(prefix_hash)
         redis_keys += [self.schema.object_key(key, prefix_hash) for key in keys]
         return batch.call(self._by_name["register_node"], redis_keys,
                           [prefix_hash, parent or "", _flag(dry_run), *keys])

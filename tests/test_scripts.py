@@ -39,6 +39,14 @@ def exercise_every_script(index: Index) -> None:
     index.put_revoke(f"{c}_0_k")
     index.remove(f"{b}_0_k", force=True)
     index.batch_remove([f"{a}_0_k", "plain"], force=True)
+    index.set_config(lease_ttl_ms=0)
+    index.put_end(f"{c}_1_k")
+    index.put_end(f"{b}_1_k")
+    index.evict(target_ratio=0)  # evict_leaves, lock_token
+    index.set_config(enable_radix_tree=False)
+    index.put_start("outside-the-tree", 1)
+    index.put_end("outside-the-tree")
+    index.evict(target_ratio=0)  # delete_objects in evict mode
     index.remove_all(force=True)
 
 
