@@ -1,5 +1,5 @@
-"""The `mooncake-redis` command: demo, inspect, tree, stats (and the commands other
-modules register)."""
+"""The `mooncake-redis` command: demo, inspect, tree, stats (and the commands that live
+beside the modules they drive: eviction_cli, sim.cli)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,27 @@ def cmd_demo(args: argparse.Namespace) -> int:
           f"{index.match_prefix(last_chain)}")
     print("\nInspect any node by hash, with the redis-cli commands that show its raw data:")
     print("\n".join(describe_node(index, index.get_node(page))))  # type: ignore[arg-type]
+    print_eviction(index, report.chains)
     return 0
+
+
+def print_eviction(index: Index, chains: list[list[str]]) -> None:
+    from .demo import squeeze_and_evict
+    from .fsck import check
+
+    print("\nEviction: capacity shrinks so usage is above the high watermark "
+          f"({index.config.high_watermark:.0%}); a job evicts leaves first, cascading upward.")
+    before, after, summary = squeeze_and_evict(index)
+    print(f"  before: {before.objects} objects, {before.nodes} nodes, {before.ratio:.1%} of capacity")
+    print(f"  after:  {after.objects} objects, {after.nodes} nodes, {after.ratio:.1%} of capacity "
+          f"({summary})")
+    usable = [index.match_prefix(chain) for chain in chains]
+    print(f"  match_prefix of the first request: {usable[0]}/{len(chains[0])} pages; "
+          f"of the last: {usable[-1]}/{len(chains[-1])} (leaves went first: the tails of "
+          "conversations; the shared prefixes they hang from stay usable)")
+    report = check(index)
+    print(f"  tree check: {'clean' if report.clean else report.counts} "
+          f"({report.nodes} nodes: every live page's parent is alive, no orphans)")
 
 
 def print_stats(index: Index) -> None:
@@ -143,9 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Commands that live beside the modules they drive."""
+    from .eviction_cli import register as register_eviction
     from .sim.cli import register as register_sim
 
-    return [register_sim]
+    return [register_eviction, register_sim]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

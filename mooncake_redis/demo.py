@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from .index import Index
+from .models import Usage
 
 PAGE_TOKENS = 16
 TP_RANKS = 2
@@ -80,3 +81,24 @@ def serve(index: Index, conversation_count: int = 4, turns: int = 5, seed: int =
         report.pages_stored += len(missing)
         report.chains.append(chain)
     return report
+
+
+def squeeze_and_evict(index: Index, over_watermark: float = 0.05) -> tuple[Usage, Usage, str]:
+    """Shrink capacity so usage sits `over_watermark` above the high watermark, then let an
+    RQ worker run the eviction job the way production does (in-process queue for the
+    memory:// store). Returns usage before and after, and the job's summary."""
+    from .workers.jobs import request_eviction
+    from .workers.worker import run_worker
+
+    used = index.usage().used_bytes
+    index.set_config(capacity_bytes=int(used / (index.config.high_watermark + over_watermark)))
+    before = index.usage()
+    if index.url is not None and index.url.startswith("memory://") and not index.config.queue_url:
+        index.set_config(queue_url="memory://demo-queue")
+    if index.config.queue_url and index.url is not None:
+        request_eviction(index)
+        run_worker(index.config.queue_url, burst=True)
+        summary = "evicted by an RQ worker (burst mode)"
+    else:
+        summary = index.evict().summary()
+    return before, index.usage(), summary

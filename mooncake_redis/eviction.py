@@ -18,7 +18,7 @@ import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence, TypeVar
 
 from .batch import raise_first_error, score_pairs
 from .errors import InvalidArgument
@@ -26,8 +26,13 @@ from .index import Index
 from .prefix import all_shards, shard_of
 from .tree_links import Link
 
+T = TypeVar("T")
+
 HEAD_PER_SHARD_MIN = 4
-"""Each round reads at least this many candidates from every shard's head."""
+"""Each round reads at least this many leaf candidates from every shard's head."""
+
+FALLBACK_SCAN_PER_SHARD = 32
+"""How deep the lease-ordered fallback reads into each shard's object index per round."""
 
 TARGET_REACHED = "target reached"
 NOTHING_EVICTABLE = "nothing evictable"
@@ -69,6 +74,19 @@ class _Freed:
     objects: int = 0
     bytes: int = 0
     fallback_objects: int = 0
+
+
+def enough_for(need_bytes: int, candidates: Iterable[T], sizes: Iterable[str | None]) -> list[T]:
+    """The shortest prefix of the candidates (oldest first) whose sizes add up to
+    need_bytes, or all of them."""
+    chosen: list[T] = []
+    planned = 0
+    for candidate, size in zip(candidates, sizes):
+        if planned >= need_bytes:
+            break
+        chosen.append(candidate)
+        planned += int(size or 0)
+    return chosen
 
 
 class Evictor:
@@ -199,13 +217,9 @@ class Evictor:
             batch.command("HGET", node.node, "bytes")
         results = batch.execute()
         chosen: dict[str, list[tuple[str, Sequence[str]]]] = defaultdict(list)
-        planned = 0
-        for leaf, keys, size in zip(candidates, results[0::2], results[1::2]):
-            if planned >= need_bytes:
-                break
+        for leaf, keys in enough_for(need_bytes, zip(candidates, results[0::2]), results[1::2]):
             if keys:
                 chosen[shard_of(leaf)].append((leaf, keys))
-                planned += int(size or 0)
         batch = self.index.batch()
         for shard, leaves in chosen.items():
             self.scripts.evict_leaves(batch, shard, leaves, soft)
@@ -223,14 +237,34 @@ class Evictor:
         return freed
 
     def _evict_by_lease(self, now_ms: int, soft: bool, need_bytes: int) -> _Freed:
-        """Mooncake's lease-ordered BatchEvict over the shards' object indexes."""
+        """Mooncake's lease-ordered BatchEvict over the shards' object indexes. Candidates
+        the script would refuse (soft-pinned in the first pass, objects in the tree) are
+        filtered out first, reading up to FALLBACK_SCAN_PER_SHARD deep per shard, so
+        refusals at the head do not hide evictable objects behind them."""
         config = self.index.config
-        per_shard = max(HEAD_PER_SHARD_MIN,
-                        math.ceil(4 * config.leaves_per_round / len(all_shards())))
-        heads = self._heads(lambda s: self.schema.shard_keys(s).objects, now_ms, per_shard)
+        heads = self._heads(lambda s: self.schema.shard_keys(s).objects, now_ms,
+                            FALLBACK_SCAN_PER_SHARD)
+        candidates = [(key, self.index.prefix_of(key)) for _, key in heads]
+        if not candidates:
+            return _Freed()
+        batch = self.index.batch()
+        for key, prefix_hash in candidates:
+            node = self.schema.node_keys(prefix_hash)
+            batch.command("HMGET", self.schema.object_key(key, prefix_hash), "size", "soft_pin")
+            batch.command("ZSCORE", node.keys, key)
+            batch.command("SCARD", node.children)
+        results = batch.execute()
+        acceptable, sizes = [], []
+        for candidate, (size, soft_pin), registered, children in zip(
+                candidates, results[0::3], results[1::3], results[2::3]):
+            in_tree = registered is not None and not (config.allow_path_breaking_eviction
+                                                      and int(children) > 0)
+            if size is not None and (soft or soft_pin != "1") and not in_tree:
+                acceptable.append(candidate)
+                sizes.append(size)
         by_shard: dict[str, list[tuple[str, str]]] = defaultdict(list)
-        for _, key in heads[:config.leaves_per_round]:
-            prefix_hash = self.index.prefix_of(key)
+        for key, prefix_hash in enough_for(need_bytes, acceptable[:config.leaves_per_round],
+                                           sizes):
             by_shard[shard_of(prefix_hash)].append((key, prefix_hash))
         if not by_shard:
             return _Freed()

@@ -27,7 +27,7 @@ from .keys import KeySchema
 from .models import NodeInfo, ObjectInfo, Usage
 from .prefix import PrefixExtractor, all_shards, load_extractor, shard_of
 from .scripts import Scripts
-from .tree_links import Link, TreeLinks
+from .tree_links import Link, TreeLinks, find_cycle_in_memory
 from .validation import check_flag, check_size, check_text, check_unique
 
 if TYPE_CHECKING:
@@ -55,8 +55,10 @@ class Index:
         self._extractor: PrefixExtractor = load_extractor(self._config.prefix_extractor)
         self.links = TreeLinks(self.schema, self.scripts, self.batch,
                                lambda: self.config.max_depth)
-        self.on_no_space: Callable[[], None] | None = None
-        """Called when put_start is refused for space (the eviction side enqueues a job)."""
+        self.url: str | None = None
+        """The URL this index was opened with (workers reopen it); None if built from a client."""
+        self.on_no_space: Callable[[], None] | None = self._request_eviction
+        """Called when put_start is refused for space."""
 
     @classmethod
     def from_url(cls, url: str | None = None, namespace: str = "mc", **config: Any) -> Index:
@@ -64,7 +66,10 @@ class Index:
         URL is given and MOONCAKE_REDIS_URL is unset)."""
         import os
 
-        return cls(connect(url or os.environ.get(ENV_URL) or DEFAULT_URL), namespace, **config)
+        url = url or os.environ.get(ENV_URL) or DEFAULT_URL
+        index = cls(connect(url), namespace, **config)
+        index.url = url
+        return index
 
     # -- configuration -------------------------------------------------------------------
 
@@ -203,13 +208,21 @@ class Index:
                     "in one batch", prefix_hash=prefix_hash)
 
     def _check_cycles(self, links: Sequence[Link], has_children: Mapping[str, bool]) -> None:
-        """A new link can close a cycle only if the child already has children, in Redis
-        or in this batch; only those links are walked."""
-        parents_in_batch = {parent for _, parent in links}
-        risky = [(child, parent) for child, parent in links
-                 if has_children.get(child) or child in parents_in_batch]
+        """A cycle either lies wholly within this batch's links (found in memory), or passes
+        through a child that already has children in Redis; only those links are walked
+        up through Redis."""
+        batch_parents = dict(links)
+        find_cycle_in_memory(batch_parents)
+        risky = [(child, parent) for child, parent in links if has_children.get(child)]
         if risky:
-            self.links.check_no_cycles(risky, dict(links))
+            self.links.check_no_cycles(risky, batch_parents)
+
+    def _request_eviction(self) -> None:
+        """With a queue configured, ask an RQ worker to evict (at most one job queued)."""
+        if self.config.queue_url and self.url is not None:
+            from .workers.jobs import request_eviction
+
+            request_eviction(self)
 
     def _reserve(self, size: int) -> None:
         batch = self.batch()

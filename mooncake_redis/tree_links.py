@@ -101,3 +101,19 @@ class TreeLinks:
 
 def links_parent(links: Sequence[Link], child: str) -> str:
     return next(parent for c, parent in links if c == child)
+
+
+def find_cycle_in_memory(parents: dict[str, str]) -> None:
+    """Raise CycleDetected if following `parents` from some node comes back to it (each
+    node has one parent, so one pass with a colour per node is O(n))."""
+    done: set[str] = set()
+    for start in parents:
+        path: set[str] = set()
+        cursor: str | None = start
+        while cursor is not None and cursor not in done:
+            if cursor in path:
+                raise CycleDetected(f"the links of this batch form a cycle through {cursor}",
+                                    prefix_hash=cursor)
+            path.add(cursor)
+            cursor = parents.get(cursor)
+        done |= path

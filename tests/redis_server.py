@@ -21,16 +21,20 @@ def free_port() -> int:
 class RedisServer:
     """One redis-server in its own temporary directory; stop() kills it and removes the dir."""
 
-    def __init__(self, *extra_args: str, port: int | None = None, directory: Path | None = None):
+    def __init__(self, *extra_args: str, port: int | None = None, directory: Path | None = None,
+                 config_file: Path | None = None):
+        """Without a config file the server persists nothing (as the tests' default)."""
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed; run scripts/test.sh, which installs it")
         self.port = port or free_port()
         self.directory = directory or Path(tempfile.mkdtemp(prefix="mooncake-redis-test-"))
         self._owns_directory = directory is None
+        persistence = [] if config_file else ["--save", "", "--appendonly", "no"]
         self.process = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
-             "--save", "", "--appendonly", "no", "--protected-mode", "no", *extra_args],
+            [binary, *([str(config_file)] if config_file else []), "--port", str(self.port),
+             "--bind", "127.0.0.1", "--dir", str(self.directory), "--protected-mode", "no",
+             *persistence, *extra_args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         self.url = f"redis://127.0.0.1:{self.port}/0"

@@ -1,0 +1,10 @@
+# The mooncake-redis image: the library, the CLI, RQ workers and the monitor.
+FROM python:3.11-slim
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY mooncake_redis ./mooncake_redis
+COPY lua ./lua
+COPY workers ./workers
+RUN pip install --no-cache-dir .
+ENTRYPOINT ["mooncake-redis"]
+CMD ["--help"]

@@ -1,0 +1,65 @@
+"""docker-compose.yml and the Redis config, validated without a Docker engine: the file
+parses, every service runs a real command of ours with real options, and the Redis
+config loads in a real redis-server with AOF on and no eviction of its own."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import redis
+import yaml
+
+from mooncake_redis.cli import build_parser
+from mooncake_redis.config import ENV_URL, env_overrides
+from redis_server import RedisServer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def test_compose_has_redis_a_worker_and_a_monitor() -> None:
+    services = compose()["services"]
+    assert {"redis", "worker", "monitor"} <= set(services)
+    redis_service = services["redis"]
+    assert redis_service["command"][-1] == "/usr/local/etc/redis/redis.conf"
+    assert any(v.startswith("./deploy/redis.conf:") for v in redis_service["volumes"])
+    assert (ROOT / "deploy" / "redis.conf").is_file()
+
+
+def test_worker_and_monitor_run_real_commands_with_real_options() -> None:
+    services = compose()["services"]
+    parser = build_parser()
+    for name in ("worker", "monitor"):
+        service = services[name]
+        args = parser.parse_args(service["command"])  # SystemExit here = unknown command
+        assert args.command == name
+        environment = service["environment"]
+        env_overrides({k: str(v) for k, v in environment.items()})  # raises on unknown options
+        assert environment[ENV_URL].startswith("redis://redis:6379/")
+        assert service["build"] == "."
+        assert service["depends_on"]["redis"]["condition"] == "service_healthy"
+
+
+def test_the_dockerfile_installs_the_package_with_its_lua_and_workers() -> None:
+    lines = (ROOT / "Dockerfile").read_text().splitlines()
+    copied = {shlex.split(line)[1] for line in lines if line.startswith("COPY ")}
+    assert {"mooncake_redis", "lua", "workers"} <= copied
+    assert any(line.startswith("RUN pip install") and line.endswith(" .") for line in lines)
+    assert 'ENTRYPOINT ["mooncake-redis"]' in lines
+
+
+def test_our_redis_config_loads_with_aof_and_noeviction(tmp_path: Path) -> None:
+    conf = (ROOT / "deploy" / "redis.conf").read_text().replace("dir /data", f"dir {tmp_path}")
+    (tmp_path / "redis.conf").write_text(conf)
+    server = RedisServer(directory=tmp_path, config_file=tmp_path / "redis.conf")
+    try:
+        client = redis.Redis(port=server.port, decode_responses=True)
+        settings = client.config_get("*")
+        assert settings["appendonly"] == "yes"
+        assert settings["maxmemory-policy"] == "noeviction"
+    finally:
+        server.stop()

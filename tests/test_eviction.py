@@ -1,0 +1,255 @@
+"""Leaf-first cascading eviction on real Redis (and fakeredis where it behaves the same)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from helpers import assert_consistent, page
+from mooncake_redis import Index, InvalidArgument
+from mooncake_redis.eviction import (
+    LOCK_HELD,
+    NO_CAPACITY,
+    NOTHING_EVICTABLE,
+    TARGET_REACHED,
+    Evictor,
+)
+from mooncake_redis.scripts import Scripts
+
+
+def store(index: Index, name: str, parent: str | None = None, size: int = 10,
+          lease: bool = False, **pins: bool) -> str:
+    """A page with one complete object; `lease` reads it so it is held for lease_ttl_ms."""
+    prefix_hash = page(name)
+    key = f"{prefix_hash}_0_k"
+    index.put_start(key, size, parent_block_hash=page(parent) if parent else None, **pins)
+    index.put_end(key)
+    if lease:
+        index.get(key)
+    return prefix_hash
+
+
+def alive(index: Index, *names: str) -> dict[str, bool]:
+    return {name: index.get_node(page(name)) is not None for name in names}
+
+
+def test_the_rfc_example_evicts_leaves_first_then_their_parent(index: Index) -> None:
+    for name, parent in (("A", None), ("B", "A"), ("C", "A"), ("D", "B"), ("E", "B")):
+        store(index, name, parent)
+    store(index, "F", "C", lease=True)
+    after_each_round: list[dict[str, bool]] = []
+    report = Evictor(index).run(
+        target_ratio=0,
+        on_round=lambda _: after_each_round.append(alive(index, *"ABCDEF")))
+    assert after_each_round[0] == dict(A=True, B=True, C=True, D=False, E=False, F=True)
+    assert after_each_round[1] == dict(A=True, B=False, C=True, D=False, E=False, F=True)
+    assert report.stopped == NOTHING_EVICTABLE and report.leaves == 3 and report.rounds == 2
+    assert alive(index, *"ACF") == dict(A=True, C=True, F=True)
+    assert_consistent(index)
+
+
+def test_the_tree_is_consistent_after_every_round(make_index) -> None:
+    index: Index = make_index(leaves_per_round=7)
+    import random
+
+    rng = random.Random(3)
+    names = ["root"]
+    store(index, "root")
+    for i in range(150):
+        parent = rng.choice(names)
+        names.append(f"n{i}")
+        store(index, f"n{i}", parent, lease=rng.random() < 0.2)
+
+    def check(_: object) -> None:
+        assert_consistent(index)
+
+    report = Evictor(index).run(target_ratio=0, max_rounds=1000, on_round=check)
+    assert report.stopped == NOTHING_EVICTABLE and report.rounds > 3
+    survivors = [n for n in names if index.get_node(page(n)) is not None]
+    for name in survivors:  # only leased pages and their ancestors may remain
+        subtree = index.get_subtree_keys(page(name))
+        assert any(index.object_info(k).lease_ms > index.client.time()[0] * 1000  # type: ignore[union-attr]
+                   for k in subtree)
+
+
+def test_a_leaf_with_a_processing_key_is_never_partly_evicted(make_index) -> None:
+    index: Index = make_index(allow_path_breaking_eviction=True)
+    prefix_hash = page("half")
+    index.put_start(f"{prefix_hash}_0_k", 10)
+    index.put_end(f"{prefix_hash}_0_k")
+    index.put_start(f"{prefix_hash}_1_k", 10)  # still processing
+    report = index.evict(target_ratio=0)
+    assert report.objects == 0
+    assert index.get_keys_by_prefix(prefix_hash) == [f"{prefix_hash}_0_k", f"{prefix_hash}_1_k"]
+    index.put_end(f"{prefix_hash}_1_k")
+    assert index.evict(target_ratio=0).objects == 2
+    assert index.get_node(prefix_hash) is None
+
+
+def test_soft_pins_wait_for_the_second_pass(make_index) -> None:
+    index: Index = make_index(capacity_bytes=100, high_watermark=0.9, eviction_ratio=0.1)
+    store(index, "soft-and-old", size=40, soft_pin=True)
+    store(index, "plain-and-newer", size=50)
+    report = index.evict()  # 90 used, target 80: one leaf must go
+    assert report.stopped == TARGET_REACHED
+    assert alive(index, "soft-and-old", "plain-and-newer") == {"soft-and-old": True,
+                                                               "plain-and-newer": False}
+    report = index.evict(target_ratio=0)
+    assert report.leaves == 1 and not alive(index, "soft-and-old")["soft-and-old"]
+
+
+def test_soft_pins_stay_when_their_eviction_is_not_allowed(make_index) -> None:
+    index: Index = make_index(allow_soft_pin_eviction=False)
+    store(index, "soft", soft_pin=True)
+    assert index.evict(target_ratio=0).objects == 0
+    assert alive(index, "soft") == {"soft": True}
+
+
+def test_hard_pins_never_go(make_index) -> None:
+    index: Index = make_index(allow_path_breaking_eviction=True)
+    store(index, "hard-root", hard_pin=True)
+    store(index, "hard", "hard-root", hard_pin=True)
+    index.set_config(enable_radix_tree=False)
+    index.put_start("outside", 5, hard_pin=True)
+    index.put_end("outside")
+    index.set_config(enable_radix_tree=True)
+    assert index.evict(target_ratio=0).objects == 0
+    assert index.usage().objects == 3
+
+
+def test_a_read_keeps_its_leaf_and_the_oldest_unread_leaf_goes_first(make_index) -> None:
+    index: Index = make_index(capacity_bytes=30, high_watermark=0.9, eviction_ratio=0.2)
+    for name in ("oldest", "read", "newest"):
+        store(index, name)
+        time.sleep(0.003)  # distinct completion times (scores are in ms)
+    index.get(f"{page('read')}_0_k")
+    leaves = index.schema.shard_keys(page("read")[:2]).leaves
+    assert index.client.zscore(leaves, page("read")) > index.client.time()[0] * 1000
+    index.evict()  # 30 used, target 21: one leaf
+    assert alive(index, "oldest", "read", "newest") == {"oldest": False, "read": True,
+                                                        "newest": True}
+    index.evict(target_ratio=0)
+    assert alive(index, "read", "newest") == {"read": True, "newest": False}
+
+
+def test_registration_under_a_chosen_leaf_saves_it(index: Index, monkeypatch) -> None:
+    store(index, "parent")
+    original = Scripts.evict_leaves
+
+    def register_child_first(self, batch, shard, leaves, soft):  # type: ignore[no-untyped-def]
+        store(index, "late-child", "parent", lease=True)  # between choice and eviction
+        monkeypatch.setattr(Scripts, "evict_leaves", original)
+        return original(self, batch, shard, leaves, soft)
+
+    monkeypatch.setattr(Scripts, "evict_leaves", register_child_first)
+    report = index.evict(target_ratio=0)
+    assert report.objects == 0 and report.stopped == NOTHING_EVICTABLE
+    node = index.get_node(page("parent"))
+    assert node is not None and node.children == [page("late-child")]
+    assert_consistent(index)
+
+
+def test_registration_racing_eviction_leaves_a_consistent_tree(redis_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="race")
+    writer = Index.from_url(redis_url, namespace="race")
+    store(index, "root")
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def evict_continuously() -> None:
+        try:
+            while not stop.is_set():
+                Evictor(index).run(target_ratio=0, max_rounds=50)
+        except BaseException as error:  # surfaced below
+            errors.append(error)
+
+    thread = threading.Thread(target=evict_continuously)
+    thread.start()
+    try:
+        for i in range(300):
+            store(writer, f"child-{i}", "root" if i % 3 == 0 else f"child-{i - 1}")
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors
+    assert_consistent(index)
+
+
+def test_only_one_job_evicts_at_a_time(index: Index, monkeypatch) -> None:
+    for i in range(40):
+        store(index, f"leaf-{i}")
+    active, most_active = [0], [0]
+    lock = threading.Lock()
+    original = Evictor.round
+
+    def tracked(self, need):  # type: ignore[no-untyped-def]
+        with lock:
+            active[0] += 1
+            most_active[0] = max(most_active[0], active[0])
+        try:
+            return original(self, need)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    monkeypatch.setattr(Evictor, "round", tracked)
+    index.set_config(leaves_per_round=1)
+    reports = []
+    threads = [threading.Thread(target=lambda: reports.append(index.evict(target_ratio=0)))
+               for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most_active[0] == 1
+    assert any(r.stopped == LOCK_HELD for r in reports) or sum(r.leaves for r in reports) == 40
+
+
+def test_a_held_lock_makes_a_job_stop_without_evicting(index: Index) -> None:
+    store(index, "leaf")
+    index.client.set(index.schema.eviction_lock, "someone-else", px=60_000)
+    report = index.evict(target_ratio=0)
+    assert report.stopped == LOCK_HELD and report.objects == 0
+    assert index.client.get(index.schema.eviction_lock) == "someone-else"
+
+
+def test_plain_lease_ordered_eviction_without_the_tree(make_index) -> None:
+    index: Index = make_index(enable_radix_tree=False, capacity_bytes=100, high_watermark=0.9,
+                              eviction_ratio=0.2)
+    for i in range(10):
+        index.put_start(f"obj-{i}", 10, soft_pin=i == 0)
+        index.put_end(f"obj-{i}")
+    index.get("obj-1")
+    report = index.evict()  # 100 used, target 70
+    assert report.fallback_objects == 3 and report.stopped == TARGET_REACHED
+    assert index.batch_is_exist([f"obj-{i}" for i in range(10)]) == [
+        True, True, False, False, False, True, True, True, True, True]
+    assert_consistent(index)
+
+
+def test_path_breaking_fallback_only_when_allowed(make_index) -> None:
+    index: Index = make_index()
+    store(index, "interior")
+    store(index, "leased-child", "interior", lease=True)
+    assert index.evict(target_ratio=0).objects == 0
+    index.set_config(allow_path_breaking_eviction=True)
+    report = index.evict(target_ratio=0)
+    assert report.fallback_objects == 1
+    node = index.get_node(page("interior"))
+    assert node is not None and node.is_shell and node.children == [page("leased-child")]
+    assert index.match_prefix([page("interior"), page("leased-child")]) == 0
+    assert_consistent(index)
+
+
+def test_targets(make_index) -> None:
+    unlimited: Index = make_index(namespace="unlimited")
+    assert unlimited.evict().stopped == NO_CAPACITY
+    with pytest.raises(InvalidArgument):
+        unlimited.evict(target_ratio=0.5)
+    with pytest.raises(InvalidArgument):
+        unlimited.evict(target_ratio=1.5)
+    bounded: Index = make_index(namespace="bounded", capacity_bytes=1000)
+    store(bounded, "x", size=100)
+    assert bounded.evict().stopped == TARGET_REACHED and bounded.usage().objects == 1
