@@ -50,11 +50,12 @@ local function refresh_leaf(node_key, children_key, keys_key, leaves_key, soft_l
   redis.call('ZREM', soft_leaves_key, hash)
 end
 
--- Creates an empty node (a shell until it gets a parent or keys); returns 1 if created.
-local function ensure_node(node_key, stats_key, now)
+-- Creates an empty node (a shell until it gets a parent or keys) and lists it in its
+-- shard's node index; returns 1 if created.
+local function ensure_node(node_key, nodes_key, hash, now)
   if redis.call('EXISTS', node_key) == 1 then return 0 end
   redis.call('HSET', node_key, 'created_ms', now, 'bytes', 0, 'processing', 0, 'soft_pins', 0)
-  redis.call('HINCRBY', stats_key, 'nodes', 1)
+  redis.call('SADD', nodes_key, hash)
   return 1
 end
 
@@ -69,7 +70,7 @@ end
 -- A node with no keys and no children is deleted; returns its parent ("" if unknown)
 -- when it was, false otherwise.
 local function delete_if_empty(node_key, children_key, keys_key, leaves_key, soft_leaves_key,
-                               stats_key, hash)
+                               nodes_key, hash)
   if redis.call('EXISTS', node_key) == 0 then return false end
   if redis.call('ZCARD', keys_key) > 0 or redis.call('SCARD', children_key) > 0 then
     return false
@@ -78,7 +79,7 @@ local function delete_if_empty(node_key, children_key, keys_key, leaves_key, sof
   redis.call('DEL', node_key, children_key, keys_key)
   redis.call('ZREM', leaves_key, hash)
   redis.call('ZREM', soft_leaves_key, hash)
-  redis.call('HINCRBY', stats_key, 'nodes', -1)
+  redis.call('SREM', nodes_key, hash)
   return parent
 end
 
@@ -101,9 +102,9 @@ end
 -- After keys left a node: delete it if empty (returning its parent), else refresh its
 -- leafness (returning false).
 local function settle_node(node_key, children_key, keys_key, leaves_key, soft_leaves_key,
-                           stats_key, hash)
+                           nodes_key, hash)
   local parent = delete_if_empty(node_key, children_key, keys_key, leaves_key, soft_leaves_key,
-    stats_key, hash)
+    nodes_key, hash)
   if parent then return parent end
   refresh_leaf(node_key, children_key, keys_key, leaves_key, soft_leaves_key, hash)
   return false

@@ -1,8 +1,8 @@
 -- delete_objects: every path that deletes single objects (remove, put_revoke, force
 -- removal, lease-ordered fallback eviction) runs here, so an object never leaves the
 -- store without leaving its node too.
--- KEYS: 1 leaves, 2 soft_leaves, 3 objects, 4 stats, then 4 per object: obj, node,
---       children, keys (all in one shard)
+-- KEYS: 1 leaves, 2 soft_leaves, 3 objects, 4 stats, 5 nodes, then 4 per object: obj,
+--       node, children, keys (all in one shard)
 -- ARGV: 1 mode: "remove" (refuses processing and leased objects), "revoke" (only
 --       processing objects), "force" (anything), "evict" (complete, unleased, not
 --       hard-pinned, and not in the tree unless path breaking is allowed);
@@ -14,6 +14,8 @@
 --          "hard_pinned" | "soft_pinned" | "in_tree" (all but the first two are
 --          refusals: the object is left as it was)
 local leaves_key, soft_leaves_key, objects_key, stats_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local nodes_key = KEYS[5]
+local FIRST_OBJECT = 6
 local mode, soft_allowed, path_breaking = ARGV[1], ARGV[2] == '1', ARGV[3] == '1'
 local now = now_ms()
 local freed, statuses, emptied = 0, {}, {}
@@ -35,9 +37,9 @@ local function refusal(f, keys_key, children_key, key)
   return nil
 end
 
-for i = 0, (#KEYS - 4) / 4 - 1 do
-  local obj_key, node_key, children_key, keys_key =
-    KEYS[5 + 4 * i], KEYS[6 + 4 * i], KEYS[7 + 4 * i], KEYS[8 + 4 * i]
+for i = 0, (#KEYS - FIRST_OBJECT + 1) / 4 - 1 do
+  local k = FIRST_OBJECT + 4 * i
+  local obj_key, node_key, children_key, keys_key = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
   local key, hash = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
   local f = read_object(obj_key)
   local status = refusal(f, keys_key, children_key, key) or 'deleted'
@@ -45,7 +47,7 @@ for i = 0, (#KEYS - 4) / 4 - 1 do
   if status == 'deleted' then
     freed = freed + delete_object(obj_key, node_key, keys_key, objects_key, stats_key, key, f)
     local parent = settle_node(node_key, children_key, keys_key, leaves_key, soft_leaves_key,
-      stats_key, hash)
+      nodes_key, hash)
     if parent then
       emptied[#emptied + 1] = hash
       emptied[#emptied + 1] = parent

@@ -3,12 +3,13 @@
 -- key set exactly the keys the caller saw (a key registered since saves the leaf), every
 -- key evictable now (score <= now: complete, lease over, not hard-pinned), and no
 -- soft-pinned key unless soft pins are allowed.
--- KEYS: 1 leaves, 2 soft_leaves, 3 objects, 4 stats, then per leaf: node, children,
+-- KEYS: 1 leaves, 2 soft_leaves, 3 objects, 4 stats, 5 nodes, then per leaf: node, children,
 --       keys, and one obj key per registered key (all in one shard)
 -- ARGV: 1 soft pins allowed (0|1), then per leaf: hash, key count n, the n keys
 -- Returns: {leaves evicted, objects evicted, freed bytes,
 --           {evicted leaf, its parent ("" unknown), ...}, {skipped leaf, ...}}
 local leaves_key, soft_leaves_key, objects_key, stats_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local nodes_key = KEYS[5]
 local soft_allowed = ARGV[1] == '1'
 local now = now_ms()
 local evicted_leaves, evicted_objects, freed, evicted, skipped = 0, 0, 0, {}, {}
@@ -26,7 +27,7 @@ local function evictable(node_key, children_key, keys_key, a, n)
   return soft_allowed or tonumber(redis.call('HGET', node_key, 'soft_pins') or '0') == 0
 end
 
-local k, a = 5, 2
+local k, a = 6, 2
 while a <= #ARGV do
   local hash, n = ARGV[a], tonumber(ARGV[a + 1])
   local node_key, children_key, keys_key = KEYS[k], KEYS[k + 1], KEYS[k + 2]
@@ -37,7 +38,7 @@ while a <= #ARGV do
         ARGV[a + 1 + j], read_object(obj_key))
     end
     local parent = settle_node(node_key, children_key, keys_key, leaves_key, soft_leaves_key,
-      stats_key, hash)
+      nodes_key, hash)
     evicted[#evicted + 1] = hash
     evicted[#evicted + 1] = parent or ''
     evicted_leaves = evicted_leaves + 1

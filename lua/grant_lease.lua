@@ -1,6 +1,7 @@
 -- grant_lease: a read (get, or a probe when probes extend leases) holds a complete object
 -- for lease_ttl from now; the object's and its leaf's eviction scores only ever rise.
--- KEYS: 1 obj, 2 node, 3 children, 4 keys, 5 leaves, 6 soft_leaves, 7 objects, 8 stats
+-- KEYS: 1 obj, 2 node, 3 children, 4 keys, 5 leaves, 6 soft_leaves, 7 objects, 8 stats,
+--       9 nodes
 -- ARGV: 1 key, 2 prefix hash, 3 lease ttl ms
 -- Returns: {size, state, lease_ms, soft_pin, hard_pin, created_ms, prefix}, or nil
 --          when the object does not exist

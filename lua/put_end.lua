@@ -1,6 +1,7 @@
 -- put_end: mark a processing object complete; its lease starts at completion time, so
 -- objects nobody has read yet are evicted oldest first.
--- KEYS: 1 obj, 2 node, 3 children, 4 keys, 5 leaves, 6 soft_leaves, 7 objects, 8 stats
+-- KEYS: 1 obj, 2 node, 3 children, 4 keys, 5 leaves, 6 soft_leaves, 7 objects, 8 stats,
+--       9 nodes
 -- ARGV: 1 key, 2 prefix hash
 -- Returns: the completion time in ms
 -- Errors: MCERR_NOT_FOUND, MCERR_INVALID_STATE

@@ -1,5 +1,5 @@
 """The `mooncake-redis` command: demo, inspect, tree, stats (and the commands that live
-beside the modules they drive: eviction_cli, sim.cli)."""
+beside the modules they drive: eviction_cli, maintenance_cli, sim.cli)."""
 
 from __future__ import annotations
 
@@ -164,9 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
 def extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Commands that live beside the modules they drive."""
     from .eviction_cli import register as register_eviction
+    from .maintenance_cli import register as register_maintenance
     from .sim.cli import register as register_sim
 
-    return [register_eviction, register_sim]
+    return [register_eviction, register_maintenance, register_sim]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from tqdm import tqdm
 
+from .doctor import diagnose
 from .eviction import EvictionReport, Evictor
+from .index import Index
 from .render import human_bytes
 
 
@@ -41,21 +44,27 @@ def cmd_evict(args: argparse.Namespace) -> int:
     return 0
 
 
+def open_checked_index(args: argparse.Namespace) -> Index:
+    """Long-running processes warn at start if Redis would lose index state."""
+    from .cli import open_index
+
+    index = open_index(args)
+    for warning in diagnose(index.client):
+        print(f"warning: {warning}", file=sys.stderr)
+    return index
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     from mooncake_redis.workers.worker import run_worker
 
-    from .cli import open_index
-
-    run_worker(open_index(args).config.queue_url, burst=args.burst)
+    run_worker(open_checked_index(args).config.queue_url, burst=args.burst)
     return 0
 
 
 def cmd_monitor(args: argparse.Namespace) -> int:
     from mooncake_redis.workers.monitor import watch
 
-    from .cli import open_index
-
-    watch(open_index(args), args.interval, args.iterations)
+    watch(open_checked_index(args), args.interval, args.iterations)
     return 0
 
 

@@ -1,24 +1,38 @@
-"""Checks every invariant of a namespace's tree and object store (read-only)."""
+"""Checks every invariant of a namespace and repairs what can be repaired without losing data.
+
+It works a group of shards at a time (a few round trips per group, work bounded by the
+group's size), so it can run on a live namespace: every repair is a script that re-reads
+what it fixes and gives up ("changed") if a client changed it meanwhile, and a problem
+seen while a client was half-way through a two-step operation (a link before its write)
+is transient; run again to see whether it stays.
+"""
 
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
 
+from .batch import score_pairs
+from .errors import MooncakeRedisError
 from .index import Index
 from .prefix import all_shards
+from .tree_links import Link
 
 INF = math.inf
+SHARDS_PER_STEP = 16
 
 
 @dataclass
 class FsckReport:
-    """Problems found, each as (kind, detail); `counts` says how many of each kind."""
+    """Problems found as (kind, detail); `counts` by kind; what was repaired."""
 
     problems: list[tuple[str, str]] = field(default_factory=list)
+    repaired: Counter[str] = field(default_factory=Counter)
     nodes: int = 0
     objects: int = 0
+    shards: int = 0
 
     def add(self, kind: str, detail: str) -> None:
         self.problems.append((kind, detail))
@@ -32,106 +46,253 @@ class FsckReport:
         return not self.problems
 
 
-def check(index: Index) -> FsckReport:
-    """Walk every shard and compare the tree, the leaf index, the counters and the object
-    store against each other. Meant for tests and `mooncake-redis fsck`."""
-    report = FsckReport()
-    client, schema = index.client, index.schema
-    node_hashes: dict[str, list[str]] = defaultdict(list)
-    for key in client.scan_iter(match=f"{schema.namespace}:{{*}}:node:*", count=1000):
-        shard = key[len(schema.namespace) + 2:len(schema.namespace) + 4]
-        node_hashes[shard].append(key.split(":node:", 1)[1])
+@dataclass
+class _Node:
+    fields: dict[str, str]
+    children: set[str]
+    keys: dict[str, float]
 
+
+@dataclass
+class _Shard:
+    name: str
+    objects: dict[str, float]
+    leaves: dict[str, float]
+    soft_leaves: dict[str, float]
+    stats: dict[str, str]
+    node_hashes: set[str]
+    nodes: dict[str, _Node] = field(default_factory=dict)
+    infos: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+def check(index: Index, repair: bool = False, shards: Sequence[str] | None = None,
+          progress: Callable[[int], None] | None = None) -> FsckReport:
+    """Check (and with repair=True, repair) the given shards (default: all). Cross-shard
+    invariants are checked for the nodes of those shards; the usage counter and cycles
+    only in a full run."""
+    checker = _Checker(index, repair)
+    todo = list(shards) if shards is not None else all_shards()
     parents: dict[str, str | None] = {}
-    children_of: dict[str, set[str]] = {}
-    total_bytes = 0
-    for shard in all_shards():
-        shard_keys = schema.shard_keys(shard)
-        objects = dict(client.zrange(shard_keys.objects, 0, -1, withscores=True))
-        plain_leaves = dict(client.zrange(shard_keys.leaves, 0, -1, withscores=True))
-        soft_leaves = dict(client.zrange(shard_keys.soft_leaves, 0, -1, withscores=True))
-        for both in set(plain_leaves) & set(soft_leaves):
-            report.add("leaf_index_twice", f"{both} in leaves and soft_leaves of shard {shard}")
-        leaves = {leaf: (score, False) for leaf, score in plain_leaves.items()}
-        leaves.update((leaf, (score, True)) for leaf, score in soft_leaves.items())
-        shard_bytes = 0
-        for key, score in objects.items():
-            info = index.object_info(key)
-            if info is None:
-                report.add("object_index_stale", f"{key} listed in {shard_keys.objects}")
+    for start in range(0, len(todo), SHARDS_PER_STEP):
+        group = [checker.read_shard(s) for s in todo[start:start + SHARDS_PER_STEP]]
+        checker.read_members(group)
+        for shard in group:
+            checker.check_shard(shard)
+            parents.update((h, n.fields.get("parent")) for h, n in shard.nodes.items())
+        checker.check_links(group)
+        if progress is not None:
+            progress(len(group))
+    if shards is None:
+        checker.check_usage()
+        _check_cycles(checker.report, parents)
+    return checker.report
+
+
+class _Checker:
+    def __init__(self, index: Index, repair: bool):
+        self.index = index
+        self.schema = index.schema
+        self.client = index.client
+        self.repair = repair
+        self.report = FsckReport()
+        self.shard_used = 0
+
+    def _run(self, queue: Callable[[Any], Any]) -> list[Any]:
+        batch = self.index.batch()
+        queue(batch)
+        return batch.execute()
+
+    def read_shard(self, name: str) -> _Shard:
+        keys = self.schema.shard_keys(name)
+        objects, leaves, soft, stats, nodes = self._run(lambda b: (
+            b.command("ZRANGE", keys.objects, 0, -1, "WITHSCORES"),
+            b.command("ZRANGE", keys.leaves, 0, -1, "WITHSCORES"),
+            b.command("ZRANGE", keys.soft_leaves, 0, -1, "WITHSCORES"),
+            b.command("HGETALL", keys.stats),
+            b.command("SMEMBERS", keys.nodes)))
+        return _Shard(name, dict(score_pairs(objects)), dict(score_pairs(leaves)),
+                      dict(score_pairs(soft)), stats, set(nodes))
+
+    def read_members(self, group: list[_Shard]) -> None:
+        """Every object and node of the group, in one round trip."""
+        batch = self.index.batch()
+        for shard in group:
+            for key in shard.objects:
+                batch.command("HGETALL", self.schema.object_key(key, self.index.prefix_of(key)))
+            for prefix_hash in shard.node_hashes:
+                node = self.schema.node_keys(prefix_hash)
+                batch.command("HGETALL", node.node)
+                batch.command("SMEMBERS", node.children)
+                batch.command("ZRANGE", node.keys, 0, -1, "WITHSCORES")
+        results = iter(batch.execute())
+        for shard in group:
+            shard.infos = {key: next(results) for key in shard.objects}
+            for prefix_hash in shard.node_hashes:
+                fields, children, keys = next(results), next(results), next(results)
+                shard.nodes[prefix_hash] = _Node(fields, set(children), dict(score_pairs(keys)))
+
+    def check_shard(self, shard: _Shard) -> None:
+        report = self.report
+        report.shards += 1
+        report.objects += len(shard.objects)
+        report.nodes += len(shard.node_hashes)
+        broken_nodes: set[str] = set()
+        index_broken = False
+        used = 0
+        for key, score in shard.objects.items():
+            info = shard.infos[key]
+            if not info:
+                report.add("object_index_stale", f"{key} indexed in shard {shard.name}, no object")
+                index_broken = True
                 continue
-            shard_bytes += info.size
-            expected = INF if info.state != "complete" or info.hard_pin else info.lease_ms
-            if score != expected:
-                report.add("object_score", f"{key}: {score} != {expected}")
-            if index.config.enable_radix_tree and client.zscore(
-                    schema.node_keys(info.prefix_hash).keys, key) is None:
-                report.add("object_unregistered", f"{key} not under node {info.prefix_hash}")
-        total_bytes += shard_bytes
-        stats = client.hgetall(shard_keys.stats)
-        for name, actual in (("used_bytes", shard_bytes), ("objects", len(objects)),
-                             ("nodes", len(node_hashes[shard]))):
-            if int(stats.get(name, 0)) != actual:
-                report.add("shard_stats", f"shard {shard} {name}={stats.get(name)} != {actual}")
-        for prefix_hash in node_hashes[shard]:
-            _check_node(index, report, prefix_hash, leaves, parents, children_of)
-        for leaf in set(leaves) - set(node_hashes[shard]):
-            report.add("leaf_index_stale", f"{leaf} in leaves of shard {shard} but no node")
-        report.objects += len(objects)
-        report.nodes += len(node_hashes[shard])
+            used += int(info["size"])
+            if score != _score(info):
+                report.add("object_score", f"{key}: {score} != {_score(info)}")
+                index_broken = True
+            if self.index.config.enable_radix_tree:
+                node = shard.nodes.get(info["prefix"])
+                if node is None or key not in node.keys:
+                    report.add("object_unregistered", f"{key} not under node {info['prefix']}")
+                    broken_nodes.add(info["prefix"])
+        self.shard_used += used
+        stats = (int(shard.stats.get("used_bytes", 0)), int(shard.stats.get("objects", 0)))
+        if stats != (used, sum(1 for i in shard.infos.values() if i)):
+            report.add("shard_stats", f"shard {shard.name} (used_bytes, objects) {stats}")
+            index_broken = True
+        for prefix_hash, node in shard.nodes.items():
+            if self._check_node(shard, prefix_hash, node):
+                broken_nodes.add(prefix_hash)
+        for leaf in (set(shard.leaves) | set(shard.soft_leaves)) - set(shard.nodes):
+            report.add("leaf_index_stale", f"{leaf} in a leaf index of shard {shard.name}")
+            broken_nodes.add(leaf)
+        if self.repair:
+            self._repair_shard(shard, index_broken, broken_nodes)
 
-    for child, parent in parents.items():
-        if parent is None:
-            continue
-        if parent not in children_of:
-            report.add("parent_missing", f"{child} names parent {parent}, which does not exist")
-        elif child not in children_of[parent]:
-            report.add("parent_does_not_list_child", f"{parent} does not list child {child}")
-    for parent, children in children_of.items():
-        for child in children:
-            if child not in parents:
-                report.add("dangling_child", f"{parent} lists {child}, which does not exist")
-            elif parents[child] not in (None, parent):
-                report.add("child_of_other_parent", f"{parent} lists {child} of {parents[child]}")
-    _check_cycles(report, parents)
-    used = int(client.get(schema.usage) or 0)
-    if used != total_bytes:
-        report.add("usage_counter", f"{schema.usage}={used} != sum of sizes {total_bytes}")
-    return report
+    def _check_node(self, shard: _Shard, prefix_hash: str, node: _Node) -> bool:
+        """Local invariants of one node; True if any is broken."""
+        report, before = self.report, len(self.report.problems)
+        if not node.fields:
+            report.add("node_index_stale", f"{prefix_hash} listed in shard {shard.name}, no node")
+            return True
+        if not node.keys and not node.children:
+            report.add("empty_node", f"{prefix_hash} has no keys and no children")
+        present = {}
+        for key, score in node.keys.items():
+            info = shard.infos.get(key) or {}
+            if not info:
+                report.add("registered_key_missing", f"{key} under {prefix_hash}")
+            elif info["prefix"] != prefix_hash:
+                report.add("registered_key_wrong_node", f"{key} under {prefix_hash}")
+            else:
+                present[key] = info
+                if score != _score(info):
+                    report.add("registered_key_score", f"{key}: {score} != {_score(info)}")
+        counters = {"bytes": sum(int(i["size"]) for i in present.values()),
+                    "processing": sum(1 for i in present.values() if i["state"] != "complete"),
+                    "soft_pins": sum(1 for i in present.values() if i["soft_pin"] == "1")}
+        for name, expected in counters.items():
+            if int(node.fields.get(name, 0)) != expected:
+                report.add("node_counter", f"{prefix_hash} {name}={node.fields.get(name)} "
+                                           f"!= {expected}")
+        in_leaves = shard.leaves.get(prefix_hash), shard.soft_leaves.get(prefix_hash)
+        expected_leaf: tuple[float | None, float | None] = (None, None)
+        if present and not node.children:
+            score = max(_score(i) for i in present.values())
+            expected_leaf = (None, score) if counters["soft_pins"] else (score, None)
+        if in_leaves != expected_leaf:
+            report.add("leaf_index", f"{prefix_hash}: (leaves, soft_leaves) {in_leaves} "
+                                     f"!= {expected_leaf}")
+        return len(report.problems) > before
+
+    def check_links(self, group: list[_Shard]) -> None:
+        """Each node's parent exists and lists it; each listed child exists under it."""
+        nodes = {h: n for shard in group for h, n in shard.nodes.items() if n.fields}
+        up = [(h, n.fields["parent"]) for h, n in nodes.items() if n.fields.get("parent")]
+        down = [(c, h) for h, n in nodes.items() for c in sorted(n.children)]
+        batch = self.index.batch()
+        for child, parent in up:
+            keys = self.schema.node_keys(parent)
+            batch.command("EXISTS", keys.node)
+            batch.command("SISMEMBER", keys.children, child)
+        for child, _ in down:
+            batch.command("HMGET", self.schema.node_keys(child).node, "parent", "created_ms")
+        results = batch.execute()
+        relink: list[Link] = []
+        unlink: list[Link] = []
+        for (child, parent), exists, listed in zip(up, results[0:2 * len(up):2],
+                                                   results[1:2 * len(up):2]):
+            if not int(exists):
+                self.report.add("parent_missing", f"{child} names parent {parent}, absent")
+                relink.append((child, parent))
+            elif not int(listed):
+                self.report.add("parent_does_not_list_child", f"{parent} lacks child {child}")
+                relink.append((child, parent))
+        for (child, parent), (child_parent, created) in zip(down, results[2 * len(up):]):
+            if created is None:
+                self.report.add("dangling_child", f"{parent} lists {child}, which is absent")
+                unlink.append((child, parent))
+            elif child_parent not in (None, parent):
+                self.report.add("child_of_other_parent", f"{parent} lists {child} of {child_parent}")
+                unlink.append((child, parent))
+        if self.repair:
+            self._repair_links(relink, unlink)
+
+    def check_usage(self) -> None:
+        seen = self.client.get(self.schema.usage)
+        if int(seen or 0) == self.shard_used:
+            return
+        self.report.add("usage_counter", f"{self.schema.usage}={seen} != sum of sizes "
+                                         f"{self.shard_used}")
+        if self.repair:
+            (done,) = self._run(lambda b: self.index.scripts.set_usage(b, seen, self.shard_used))
+            if int(done):
+                self.report.repaired["usage_counter"] += 1
+
+    # -- repairs -------------------------------------------------------------------------
+
+    def _repair_shard(self, shard: _Shard, index_broken: bool, broken_nodes: set[str]) -> None:
+        scripts = self.index.scripts
+        if index_broken:
+            pairs = [(key, self.index.prefix_of(key)) for key in shard.objects]
+            (result,) = self._run(lambda b: scripts.recount_shard(b, shard.name, pairs))
+            if not isinstance(result, MooncakeRedisError) and result[0] == "recounted":
+                self.report.repaired["shard_index"] += 1
+        unregistered = [(key, info["prefix"]) for key, info in shard.infos.items()
+                        if info and info["prefix"] in broken_nodes
+                        and key not in shard.nodes.get(info["prefix"], _Node({}, set(), {})).keys]
+        if unregistered and self.index.config.enable_radix_tree:
+            for key, prefix_hash in unregistered:
+                self.index.register_radix_tree_node(prefix_hash, None, [key])
+            self.report.repaired["object_unregistered"] += len(unregistered)
+        emptied: list[Link] = []
+        for prefix_hash in sorted(broken_nodes):
+            registered = self.client.zrange(self.schema.node_keys(prefix_hash).keys, 0, -1)
+            (result,) = self._run(
+                lambda b: scripts.recompute_node(b, prefix_hash, registered))  # noqa: B023
+            if isinstance(result, MooncakeRedisError) or result[0] == "changed":
+                continue
+            self.report.repaired["node"] += 1
+            if result[0] == "deleted" and result[1]:
+                emptied.append((prefix_hash, result[1]))
+        self.index.links.cascade(emptied)
+
+    def _repair_links(self, relink: Iterable[Link], unlink: Iterable[Link]) -> None:
+        relink, unlink = list(relink), list(unlink)
+        batch = self.index.batch()
+        self.index.links.queue_links(batch, relink)
+        batch.execute()
+        self.report.repaired["link"] += len(relink)
+        if unlink:
+            # unlink_child drops the reference and settles the parent (deleting it if empty,
+            # then cascading) exactly as a deletion would.
+            self.index.links.cascade(unlink)
+            self.report.repaired["dangling_child"] += len(unlink)
 
 
-def _check_node(index: Index, report: FsckReport, prefix_hash: str,
-                leaves: dict[str, tuple[float, bool]],
-                parents: dict[str, str | None], children_of: dict[str, set[str]]) -> None:
-    node = index.get_node(prefix_hash)
-    if node is None:
-        return
-    parents[prefix_hash] = node.parent
-    children_of[prefix_hash] = set(node.children)
-    if not node.keys and not node.children:
-        report.add("empty_node", f"{prefix_hash} has no keys and no children")
-    infos = [index.object_info(key) for key in node.keys]
-    for key, info in zip(node.keys, infos):
-        if info is None:
-            report.add("registered_key_missing", f"{key} under {prefix_hash} is not an object")
-        elif info.prefix_hash != prefix_hash:
-            report.add("registered_key_wrong_node", f"{key} under {prefix_hash}")
-    present = [i for i in infos if i is not None]
-    if node.bytes != sum(i.size for i in present):
-        report.add("node_bytes", f"{prefix_hash} bytes={node.bytes}")
-    if node.processing != sum(1 for i in present if i.state != "complete"):
-        report.add("node_processing", f"{prefix_hash} processing={node.processing}")
-    if node.soft_pins != sum(1 for i in present if i.soft_pin):
-        report.add("node_soft_pins", f"{prefix_hash} soft_pins={node.soft_pins}")
-    if node.is_leaf:
-        score = max((INF if i.state != "complete" or i.hard_pin else i.lease_ms)
-                    for i in present) if present else None
-        expected = (score, node.soft_pins > 0)
-        if leaves.get(prefix_hash) != expected:
-            report.add("leaf_index", f"{prefix_hash}: (score, soft) "
-                                     f"{leaves.get(prefix_hash)} != {expected}")
-    elif prefix_hash in leaves:
-        report.add("leaf_index_stale", f"{prefix_hash} is in the leaf index but not a leaf")
+def _score(info: dict[str, str]) -> float:
+    if info["state"] != "complete" or info["hard_pin"] == "1":
+        return INF
+    return float(info["lease_ms"])
 
 
 def _check_cycles(report: FsckReport, parents: dict[str, str | None]) -> None:
@@ -147,3 +308,4 @@ def _check_cycles(report: FsckReport, parents: dict[str, str | None]) -> None:
             report.add("cycle", f"cycle through {cursor}")
         for node in path:
             state[node] = 2
+

@@ -519,11 +519,13 @@ class Index:
         batch = self.batch()
         batch.command("GET", self.schema.usage)
         for shard in all_shards():
-            batch.command("HMGET", self.schema.shard_keys(shard).stats, "objects", "nodes")
+            keys = self.schema.shard_keys(shard)
+            batch.command("HGET", keys.stats, "objects")
+            batch.command("SCARD", keys.nodes)
         used, *per_shard = batch.execute()
         return Usage(used_bytes=int(used or 0), capacity_bytes=self.config.capacity_bytes,
-                     objects=sum(int(o or 0) for o, _ in per_shard),
-                     nodes=sum(int(n or 0) for _, n in per_shard))
+                     objects=sum(int(o or 0) for o in per_shard[0::2]),
+                     nodes=sum(int(n) for n in per_shard[1::2]))
 
 
 OBJECT_FIELDS = ("size", "state", "lease_ms", "soft_pin", "hard_pin", "created_ms", "prefix")

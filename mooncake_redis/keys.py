@@ -9,7 +9,8 @@ The schema is a contract that redis-cli users read (tests/test_keys.py pins it):
     <ns>:{<shard>}:leaves           ZSET  leaf node hash -> eviction score (no soft-pinned key)
     <ns>:{<shard>}:soft_leaves      ZSET  leaf node hash -> eviction score (some key soft-pinned)
     <ns>:{<shard>}:objects          ZSET  object key -> eviction score (lease-ordered fallback)
-    <ns>:{<shard>}:stats            HASH  used_bytes, objects, nodes
+    <ns>:{<shard>}:stats            HASH  used_bytes, objects
+    <ns>:{<shard>}:nodes            SET   every node hash of the shard (fsck reads it, no SCAN)
     <ns>:config                     HASH  configuration shared by every client
     <ns>:usage                      STRING bytes reserved against capacity (admission)
     <ns>:eviction_lock              STRING token of the one eviction job running (expires)
@@ -47,6 +48,7 @@ class ShardKeys:
     soft_leaves: str
     objects: str
     stats: str
+    nodes: str
 
 
 class KeySchema:
@@ -65,7 +67,7 @@ class KeySchema:
     def shard_keys(self, shard: str) -> ShardKeys:
         tag = self.tag(shard)
         return ShardKeys(leaves=f"{tag}:leaves", soft_leaves=f"{tag}:soft_leaves",
-                         objects=f"{tag}:objects", stats=f"{tag}:stats")
+                         objects=f"{tag}:objects", stats=f"{tag}:stats", nodes=f"{tag}:nodes")
 
     def node_keys(self, prefix_hash: str) -> NodeKeys:
         tag = self.tag(shard_of(prefix_hash))

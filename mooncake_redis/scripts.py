@@ -28,6 +28,9 @@ SCRIPT_NAMES = (
     "unlink_child",
     "register_node",
     "lock_token",
+    "recompute_node",
+    "recount_shard",
+    "set_usage",
 )
 
 
@@ -53,22 +56,22 @@ class Scripts:
         self._by_name = {script.name: script for script in self.all}
 
     def _node_keys(self, prefix_hash: str, *, with_keys: bool = True) -> list[str]:
-        """node, children, [keys,] leaves, soft_leaves, stats of the node's shard."""
+        """node, children, [keys,] leaves, soft_leaves, nodes of the node's shard."""
         node = self.schema.node_keys(prefix_hash)
         shard = self.schema.shard_keys(shard_of(prefix_hash))
         middle = [node.keys] if with_keys else []
-        return [node.node, node.children, *middle, shard.leaves, shard.soft_leaves, shard.stats]
+        return [node.node, node.children, *middle, shard.leaves, shard.soft_leaves, shard.nodes]
 
     def _object_keys(self, key: str, prefix_hash: str) -> list[str]:
-        """obj, node, children, keys, leaves, soft_leaves, objects, stats."""
+        """obj, node, children, keys, leaves, soft_leaves, objects, stats, nodes."""
         node = self.schema.node_keys(prefix_hash)
         shard = self.schema.shard_keys(shard_of(prefix_hash))
         return [self.schema.object_key(key, prefix_hash), node.node, node.children, node.keys,
-                shard.leaves, shard.soft_leaves, shard.objects, shard.stats]
+                shard.leaves, shard.soft_leaves, shard.objects, shard.stats, shard.nodes]
 
     def _shard_head(self, shard: str) -> list[str]:
         keys = self.schema.shard_keys(shard)
-        return [keys.leaves, keys.soft_leaves, keys.objects, keys.stats]
+        return [keys.leaves, keys.soft_leaves, keys.objects, keys.stats, keys.nodes]
 
     def reserve_bytes(self, batch: Batch, size: int, capacity: int) -> int:
         return batch.call(self._by_name["reserve_bytes"], [self.schema.usage], [size, capacity])
@@ -128,3 +131,21 @@ class Scripts:
         redis_keys += [self.schema.object_key(key, prefix_hash) for key in keys]
         return batch.call(self._by_name["register_node"], redis_keys,
                           [prefix_hash, parent or "", _flag(dry_run), *keys])
+
+    def recompute_node(self, batch: Batch, prefix_hash: str, registered: Sequence[str]) -> int:
+        """registered: exactly the keys now in the node's key set."""
+        keys = self._node_keys(prefix_hash)
+        keys += [self.schema.object_key(key, prefix_hash) for key in registered]
+        return batch.call(self._by_name["recompute_node"], keys, [prefix_hash, *registered])
+
+    def recount_shard(self, batch: Batch, shard: str,
+                      objects: Sequence[tuple[str, str]]) -> int:
+        """objects: (key, prefix hash) of exactly the members of the shard's object index."""
+        shard_keys = self.schema.shard_keys(shard)
+        keys = [shard_keys.objects, shard_keys.stats]
+        keys += [self.schema.object_key(key, prefix_hash) for key, prefix_hash in objects]
+        return batch.call(self._by_name["recount_shard"], keys, [key for key, _ in objects])
+
+    def set_usage(self, batch: Batch, seen: str | None, corrected: int) -> int:
+        return batch.call(self._by_name["set_usage"], [self.schema.usage],
+                          [seen or "", corrected])

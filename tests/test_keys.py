@@ -21,6 +21,8 @@ def test_key_schema_is_pinned() -> None:
     assert shard.leaves == "mc:{13}:leaves"
     assert shard.objects == "mc:{13}:objects"
     assert shard.stats == "mc:{13}:stats"
+    assert shard.soft_leaves == "mc:{13}:soft_leaves"
+    assert shard.nodes == "mc:{13}:nodes"
     assert schema.config == "mc:config"
     assert schema.usage == "mc:usage"
     assert schema.pattern() == "mc:*"

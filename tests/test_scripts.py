@@ -11,6 +11,7 @@ from redis.crc import key_slot
 from helpers import page
 from mooncake_redis import Index
 from mooncake_redis.batch import Batch, CrossSlotCall
+from mooncake_redis.fsck import check
 from mooncake_redis.scripts import SCRIPT_NAMES, read_lua
 
 
@@ -47,6 +48,12 @@ def exercise_every_script(index: Index) -> None:
     index.put_start("outside-the-tree", 1)
     index.put_end("outside-the-tree")
     index.evict(target_ratio=0)  # delete_objects in evict mode
+    index.set_config(enable_radix_tree=True)
+    index.put_start(f"{a}_2_k", 5)
+    index.client.hset(index.schema.node_keys(a).node, "bytes", 1)
+    index.client.hset(index.schema.shard_keys(a[:2]).stats, "objects", 9)
+    index.client.incrby(index.schema.usage, 3)
+    assert check(index, repair=True).repaired  # recompute_node, recount_shard, set_usage
     index.remove_all(force=True)
 
 
