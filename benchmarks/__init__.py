@@ -1,0 +1,1 @@
+"""Benchmarks of mooncake-redis against the baselines it replaces (docs/BENCHMARKS.md)."""

@@ -1,0 +1,122 @@
+"""`python -m benchmarks`: run the benchmarks, print their tables, write results.json."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import redis
+
+from . import eviction, match_prefix, memory, prefix_query, registration
+from .common import SCALES, Context, TreeSnapshots, to_json
+
+BENCHMARKS: dict[str, ModuleType] = {module.NAME: module for module in
+                                     (prefix_query, registration, eviction, match_prefix, memory)}
+
+DESCRIPTION = """\
+Benchmarks of mooncake-redis against the baselines it replaces, each on its own
+throwaway redis-server (free port, temp dir, no persistence; never your Redis):
+
+  prefix_query  get_keys_by_prefix vs SCAN MATCH over all keys, at 10k/100k/1M objects
+  registration  nodes/s of batch_put_start, batch_register_radix_tree_node and single
+                put_start, next to the pipelined EVALSHA ceiling of the same run
+  eviction      time to evict the same 10k leaves from 100k- and 1M-object trees
+  match_prefix  latency and round trips of match_prefix over 1,000-page chains
+  memory        bytes per object and node, encodings per key kind, effect of settings
+
+Trees are chat-shaped (system prompts, multi-turn chains, branches), built once per run
+through the public API and loaded into each benchmark's server as an RDB snapshot.
+The full run takes about 10 minutes on 2 cores; compare numbers as ratios within one run.
+"""
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", choices=sorted(SCALES), default="full",
+                        help="full: the sizes above (default); small: a smoke run of seconds")
+    parser.add_argument("--only", action="append", choices=list(BENCHMARKS), metavar="NAME",
+                        help="run only this benchmark (repeatable): " + ", ".join(BENCHMARKS))
+    parser.add_argument("--out", type=Path, default=Path("out/bench"),
+                        help="directory for results.json and tables.md (default: out/bench)")
+    parser.add_argument("--snapshots", type=Path, default=None,
+                        help="keep tree snapshots here and reuse them in later runs while the "
+                             "library is unchanged (default: a temp dir, removed at the end)")
+    parser.add_argument("--seed", type=int, default=7, help="seed of every generated tree")
+    return parser.parse_args(argv)
+
+
+def machine(server_version: str) -> dict[str, Any]:
+    model = "unknown"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        model = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                      if line.startswith("model name")), model)
+
+    return {"cpus": os.cpu_count(), "cpu_model": model, "redis_server": server_version,
+            "python": platform.python_version(), "redis_py": redis.__version__,
+            "platform": platform.platform()}
+
+
+def redis_server_version() -> str:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        return "not installed"
+    return subprocess.run([binary, "--version"], check=False, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    scale = SCALES[args.scale]
+    names = args.only or list(BENCHMARKS)
+    temporary = args.snapshots is None
+    snapshot_dir = Path(tempfile.mkdtemp(prefix="mooncake-bench-")) if temporary \
+        else args.snapshots
+    snapshots = TreeSnapshots(snapshot_dir, args.seed)
+    context = Context(scale=scale, snapshots=snapshots, seed=args.seed)
+    report: dict[str, Any] = {"command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv
+                                                                              is None else argv),
+                              "scale": scale.name, "seed": args.seed,
+                              "machine": machine(redis_server_version()), "benchmarks": {}}
+    rendered = []
+    started = time.perf_counter()
+    try:
+        snapshots.prepare(size for name in names
+                          for size in BENCHMARKS[name].tree_sizes(scale))
+        report["tree_build_seconds"] = time.perf_counter() - started
+        for name in names:
+            began = time.perf_counter()
+            result = BENCHMARKS[name].run(context)
+            took = time.perf_counter() - began
+            report["benchmarks"][name] = {"seconds": took, "results": result.results,
+                                          "tables": [to_json(t) for t in result.tables]}
+            for table in result.tables:
+                rendered.append(table.render())
+                print(rendered[-1] + "\n", flush=True)
+            print(f"({name}: {took:.1f} s)\n", flush=True)
+    finally:
+        if temporary:
+            shutil.rmtree(snapshot_dir, ignore_errors=True)
+    report["seconds"] = time.perf_counter() - started
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    (args.out / "tables.md").write_text("\n\n".join(rendered) + "\n")
+    print(f"total {report['seconds']:.0f} s; wrote {args.out / 'results.json'} and "
+          f"{args.out / 'tables.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
