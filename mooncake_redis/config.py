@@ -74,6 +74,26 @@ class Config:
     max_object_size: int = 1 << 50
     """Largest object size accepted, in bytes."""
 
+    cluster_retries: int = 6
+    """Redis Cluster: how many times a batch re-sends calls that did not run (MOVED, ASK,
+    TRYAGAIN, CLUSTERDOWN, no connection) or that ran but are safe to run again (lost
+    replies of reads, link_child, unlink_child, register_node, dry runs), refreshing the
+    slot map before each. A call that may have run and is not safe to re-run (put_start,
+    put_end, deletions, reserve_bytes) is never re-sent: the batch raises OutcomeUnknown."""
+
+    cluster_retry_backoff_ms: int = 100
+    """Pause before the first such retry; it doubles per retry (up to 2 s), so the default
+    6 retries wait about 6 s in all: enough for a failover with cluster-node-timeout 1-2 s."""
+
+    wait_replicas: int = 0
+    """After a batch's writes on a node, WAIT for this many replicas to acknowledge them
+    (0 = off). A batch that gets fewer raises ReplicationIncomplete. It narrows, but does
+    not close, the window in which a failover loses acknowledged writes; each write
+    round trip waits for a replica too."""
+
+    wait_timeout_ms: int = 1000
+    """How long WAIT waits for wait_replicas acknowledgements (0 would wait forever)."""
+
     config_refresh_seconds: float = 5.0
     """How often a client re-reads `<ns>:config` to pick up changes made by others."""
 
@@ -86,6 +106,9 @@ class Config:
         for name in ("max_rounds_per_job", "leaves_per_round", "max_depth", "eviction_lock_ttl_ms",
                      "max_key_length", "max_object_size"):
             _require(getattr(self, name) >= 1, f"{name} must be >= 1")
+        for name in ("cluster_retries", "cluster_retry_backoff_ms", "wait_replicas"):
+            _require(getattr(self, name) >= 0, f"{name} must be >= 0")
+        _require(self.wait_timeout_ms >= 1, "wait_timeout_ms must be >= 1 (WAIT 0 blocks forever)")
         _require(self.config_refresh_seconds >= 0, "config_refresh_seconds must be >= 0")
         load_extractor(self.prefix_extractor)
 

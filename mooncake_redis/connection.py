@@ -1,15 +1,17 @@
-"""Turns a URL into a Redis client: redis://, rediss://, or the in-process memory://."""
+"""Turns a URL into a Redis client: redis://, rediss://, redis+cluster://, or the
+in-process memory://."""
 
 from __future__ import annotations
 
 import threading
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis
+from redis.cluster import ClusterNode, RedisCluster
 
 from .errors import ConfigurationError
 
-SUPPORTED_SCHEMES = ("memory", "redis", "rediss", "unix")
+SUPPORTED_SCHEMES = ("memory", "redis", "redis+cluster", "rediss", "unix")
 
 _memory_servers: dict[str, object] = {}
 _memory_lock = threading.Lock()
@@ -18,17 +20,15 @@ _memory_lock = threading.Lock()
 def connect(url: str, decode_responses: bool = True) -> redis.Redis:
     """A client (decoding replies to str unless told not to: RQ wants bytes).
     `memory://NAME` gives an in-process fakeredis server (with Lua) shared by every
-    client of the same NAME in this process."""
+    client of the same NAME in this process; `redis+cluster://[user:password@]host:port
+    [,host:port...]` a Redis Cluster client seeded from those nodes."""
     if not isinstance(url, str) or "://" not in url:
         raise ConfigurationError(f"Redis URL {redact(url)!r} must look like redis://host:port/db")
     scheme = urlsplit(url).scheme
     if scheme == "memory":
         return _memory_client(urlsplit(url).netloc or "default", decode_responses)
     if scheme == "redis+cluster":
-        raise ConfigurationError(
-            "redis+cluster:// is not supported yet (Redis Cluster support is its own issue); "
-            "use redis:// or rediss://"
-        )
+        return _cluster_client(url, decode_responses)
     if scheme not in SUPPORTED_SCHEMES:
         raise ConfigurationError(
             f"unknown URL scheme {scheme!r} in {redact(url)!r}; use one of "
@@ -38,6 +38,27 @@ def connect(url: str, decode_responses: bool = True) -> redis.Redis:
         return redis.Redis.from_url(url, decode_responses=decode_responses)
     except ValueError as error:
         raise ConfigurationError(f"invalid Redis URL {redact(url)!r}: {error}") from None
+
+
+def _cluster_client(url: str, decode_responses: bool) -> redis.Redis:
+    netloc = url.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0]
+    credentials, _, hosts = netloc.rpartition("@")
+    username, _, password = credentials.partition(":")
+    seeds = []
+    for host_port in hosts.split(","):
+        host, _, port = host_port.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigurationError(f"Redis Cluster URL {redact(url)!r} must list seed nodes as "
+                                     "host:port[,host:port...]")
+        seeds.append(ClusterNode(host, int(port)))
+    try:
+        # RedisCluster is typed apart from Redis but answers the same commands.
+        return RedisCluster(startup_nodes=seeds, decode_responses=decode_responses,  # type: ignore[return-value]
+                            username=unquote(username) or None,
+                            password=unquote(password) or None)
+    except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as error:
+        raise ConfigurationError(f"no Redis Cluster node of {redact(url)!r} answered: {error}") \
+            from None
 
 
 def _memory_client(name: str, decode_responses: bool) -> redis.Redis:
@@ -57,7 +78,5 @@ def redact(url: object) -> str:
         return "<unparseable URL>"
     if parts.password is None:
         return text
-    user = parts.username or ""
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+    hosts = parts.netloc.rpartition("@")[2]  # a cluster URL lists several host:port
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{hosts}"))

@@ -86,6 +86,28 @@ class ScriptError(MooncakeRedisError):
     code = "SCRIPT"
 
 
+class OutcomeUnknown(MooncakeRedisError):
+    """The connection to a Redis node was lost after a call that is not safe to re-send
+    had been sent: it may or may not have run. Look before retrying (object_info, get_node);
+    a put_start that did run answers ALREADY_EXISTS when sent again."""
+
+    code = "OUTCOME_UNKNOWN"
+
+
+class ClusterUnavailable(MooncakeRedisError):
+    """Redis Cluster did not serve a call within cluster_retries (a failover taking longer,
+    or slots without a node); the calls after it were not sent."""
+
+    code = "CLUSTER_UNAVAILABLE"
+
+
+class ReplicationIncomplete(MooncakeRedisError):
+    """wait_replicas > 0 and fewer replicas acknowledged the writes in wait_timeout_ms: they
+    are applied on the primary, but a failover now could lose them."""
+
+    code = "REPLICATION_INCOMPLETE"
+
+
 _BY_CODE: dict[str, type[MooncakeRedisError]] = {
     cls.code: cls
     for cls in (

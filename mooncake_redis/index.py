@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 
 import redis
 
-from .batch import Batch, raise_first_error
+from .batch import Batch, BatchPolicy, raise_first_error
 from .config import DEFAULT_URL, ENV_URL, Config, env_overrides
 from .connection import connect
 from .errors import (
@@ -62,8 +62,9 @@ class Index:
 
     @classmethod
     def from_url(cls, url: str | None = None, namespace: str = "mc", **config: Any) -> Index:
-        """`redis://`, `rediss://`, or `memory://` (the in-process default, used when no
-        URL is given and MOONCAKE_REDIS_URL is unset)."""
+        """`redis://`, `rediss://`, `redis+cluster://host:port[,host:port...]`, or
+        `memory://` (the in-process default, used when no URL is given and
+        MOONCAKE_REDIS_URL is unset)."""
         import os
 
         url = url or os.environ.get(ENV_URL) or DEFAULT_URL
@@ -101,7 +102,10 @@ class Index:
     # -- plumbing ------------------------------------------------------------------------
 
     def batch(self) -> Batch:
-        return Batch(self.client, self.scripts.all)
+        config = self.config
+        return Batch(self.client, self.scripts.all, BatchPolicy(
+            config.cluster_retries, config.cluster_retry_backoff_ms, config.wait_replicas,
+            config.wait_timeout_ms))
 
     def prefix_of(self, key: str) -> str:
         """The prefix hash an object key belongs to (the configured extractor)."""
@@ -170,7 +174,9 @@ class Index:
 
         batch = self.batch()
         self.links.queue_links(batch, links)
+        batch.barrier()  # on Cluster the links must land before the children are written
         positions = [queue_put(batch, put, False) for put in puts]
+        batch.barrier()
         self.links.queue_links(batch, links)
         results = batch.execute()
         refused = [(put, results[i]) for put, i in zip(puts, positions)
@@ -406,8 +412,10 @@ class Index:
 
         batch = self.batch()
         self.links.queue_links(batch, links)
+        batch.barrier()
         for registration in registrations:
             queue_register(batch, registration, False)
+        batch.barrier()
         self.links.queue_links(batch, links)
         raise_first_error(batch.execute())
 

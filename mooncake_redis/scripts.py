@@ -48,7 +48,14 @@ def _flag(value: bool) -> str:
 
 
 class Scripts:
-    """Typed wrappers: each queues one script call on a Batch and returns its position."""
+    """Typed wrappers: each queues one script call on a Batch and returns its position.
+
+    Each wrapper also says whether its call is retry_safe (run twice = run once, with an
+    answer the caller accepts), which decides whether Redis Cluster retries may re-send it
+    after a lost reply: link_child, unlink_child, register_node, grant_lease, lock_token
+    and every dry run are; put_start, put_end, reserve_bytes, delete_objects and
+    evict_leaves are not (a second run answers differently or counts twice).
+    """
 
     def __init__(self, schema: KeySchema):
         self.schema = schema
@@ -78,13 +85,15 @@ class Scripts:
 
     def lock_token(self, batch: Batch, lock_key: str, operation: str, token: str,
                    ttl_ms: int = 0) -> int:
-        return batch.call(self._by_name["lock_token"], [lock_key], [operation, token, ttl_ms])
+        return batch.call(self._by_name["lock_token"], [lock_key], [operation, token, ttl_ms],
+                          retry_safe=True)
 
     def put_start(self, batch: Batch, key: str, prefix_hash: str, size: int, parent: str | None,
                   soft_pin: bool, hard_pin: bool, register: bool, dry_run: bool) -> int:
         args = [key, prefix_hash, size, parent or "", _flag(soft_pin), _flag(hard_pin),
                 _flag(register), _flag(dry_run)]
-        return batch.call(self._by_name["put_start"], self._object_keys(key, prefix_hash), args)
+        return batch.call(self._by_name["put_start"], self._object_keys(key, prefix_hash), args,
+                          retry_safe=dry_run)  # run twice, a put answers ALREADY_EXISTS
 
     def put_end(self, batch: Batch, key: str, prefix_hash: str) -> int:
         return batch.call(self._by_name["put_end"], self._object_keys(key, prefix_hash),
@@ -92,7 +101,7 @@ class Scripts:
 
     def grant_lease(self, batch: Batch, key: str, prefix_hash: str, ttl_ms: int) -> int:
         return batch.call(self._by_name["grant_lease"], self._object_keys(key, prefix_hash),
-                          [key, prefix_hash, ttl_ms])
+                          [key, prefix_hash, ttl_ms], retry_safe=True)
 
     def delete_objects(self, batch: Batch, shard: str, mode: str,
                        objects: Sequence[tuple[str, str]], soft_pins_allowed: bool = False,
@@ -120,17 +129,20 @@ class Scripts:
 
     def link_child(self, batch: Batch, parent: str, child: str) -> int:
         return batch.call(self._by_name["link_child"], self._node_keys(parent, with_keys=False),
-                          [parent, child])
+                          [parent, child], retry_safe=True)
 
     def unlink_child(self, batch: Batch, parent: str, child: str) -> int:
-        return batch.call(self._by_name["unlink_child"], self._node_keys(parent), [parent, child])
+        # Safe to re-run; a re-run after the first deleted the parent answers "not deleted",
+        # so the cascade stops there, leaving a dangling child reference in the grandparent.
+        return batch.call(self._by_name["unlink_child"], self._node_keys(parent), [parent, child],
+                          retry_safe=True)
 
     def register_node(self, batch: Batch, prefix_hash: str, parent: str | None,
                       keys: Sequence[str], dry_run: bool) -> int:
         redis_keys = self._node_keys(prefix_hash)
         redis_keys += [self.schema.object_key(key, prefix_hash) for key in keys]
         return batch.call(self._by_name["register_node"], redis_keys,
-                          [prefix_hash, parent or "", _flag(dry_run), *keys])
+                          [prefix_hash, parent or "", _flag(dry_run), *keys], retry_safe=True)
 
     def recompute_node(self, batch: Batch, prefix_hash: str, registered: Sequence[str]) -> int:
         """registered: exactly the keys now in the node's key set."""

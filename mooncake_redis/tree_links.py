@@ -76,13 +76,15 @@ class TreeLinks:
             batch = self._new_batch()
             for child, parent in pending:
                 self._scripts.unlink_child(batch, parent, child)
+            batch.barrier()  # the read-back must see the child as it is after the unlink
+            for child, _ in pending:
                 batch.command("HGET", self._schema.node_keys(child).node, "parent")
             results = batch.execute()
             raise_first_error(results)
             next_pending: list[Link] = []
             relink: list[Link] = []
             for (child, parent), (parent_deleted, grandparent), child_parent in zip(
-                pending, results[0::2], results[1::2]
+                pending, results[:len(pending)], results[len(pending):]
             ):
                 if child_parent == parent:
                     relink.append((child, parent))

@@ -1,19 +1,23 @@
-"""Test backends: a real redis-server the session starts itself, and fakeredis.
+"""Test backends: a real redis-server the session starts itself, a real 3-master Redis
+Cluster (started only when a test needs it), and fakeredis.
 
 Every backend-dependent test runs once per backend (pytest.param), so the in-process
-default is held to the same contract as real Redis; real Redis is the authority.
+default and the cluster are held to the same contract as real Redis; real Redis is the
+authority.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
+from redis_cluster import LocalCluster
+from redis_server import RedisServer
 
 from mooncake_redis import Index
-from redis_server import RedisServer
 
 _memory_names = itertools.count()
 
@@ -31,10 +35,25 @@ def redis_url(redis_server: RedisServer) -> str:
     return redis_server.url
 
 
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[LocalCluster]:
+    cluster = LocalCluster(masters=3)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def cluster_url(redis_cluster: LocalCluster) -> str:
+    """The session's cluster, emptied on every master."""
+    for master in redis_cluster.masters():
+        redis_cluster.client(master).flushall()
+    return redis_cluster.url
+
+
 IndexFactory = Callable[..., Index]
 
 
-@pytest.fixture(params=["redis", "fakeredis"])
+@pytest.fixture(params=["redis", "cluster", "fakeredis"])
 def backend(request: pytest.FixtureRequest) -> str:
     return request.param
 
@@ -44,6 +63,8 @@ def make_index(backend: str, request: pytest.FixtureRequest) -> IndexFactory:
     """Builds Index objects on the test's backend; all share one fresh database."""
     if backend == "redis":
         url = request.getfixturevalue("redis_url")
+    elif backend == "cluster":
+        url = request.getfixturevalue("cluster_url")
     else:
         url = f"memory://test-{next(_memory_names)}"
 

@@ -19,9 +19,9 @@ def record_script_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list
     calls: list[tuple[str, list[str]]] = []
     original = Batch.call
 
-    def recording_call(self, script, keys, args):  # type: ignore[no-untyped-def]
+    def recording_call(self, script, keys, args, **options):  # type: ignore[no-untyped-def]
         calls.append((script.name, list(keys)))
-        return original(self, script, keys, args)
+        return original(self, script, keys, args, **options)
 
     monkeypatch.setattr(Batch, "call", recording_call)
     return calls

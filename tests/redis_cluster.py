@@ -1,0 +1,102 @@
+"""Starts a throwaway Redis Cluster on loopback from the installed redis-server."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+
+import redis
+from redis_server import RedisServer, free_port
+
+NODE_TIMEOUT_MS = 1000
+"""cluster-node-timeout: a replica takes over about this long after its master dies."""
+
+START_DEADLINE_S = 30
+
+CLUSTER_BUS_OFFSET = 10000
+"""Each node also listens on its port + 10000 for the cluster bus."""
+
+
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (+10000) exists and is free too."""
+    while True:
+        port = free_port()
+        if port + CLUSTER_BUS_OFFSET <= 65535 and _is_free(port + CLUSTER_BUS_OFFSET):
+            return port
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class LocalCluster:
+    """`masters` primaries (and `replicas` replicas of each) on free loopback ports, each
+    in its own temporary directory; stop() kills them all and removes the directories."""
+
+    def __init__(self, masters: int = 3, replicas: int = 0):
+        binary = shutil.which("redis-cli")
+        if binary is None:
+            raise RuntimeError("redis-cli is not installed; run scripts/test.sh, which installs it")
+        self.servers: list[RedisServer] = []
+        try:
+            for _ in range(masters * (1 + replicas)):
+                self.servers.append(RedisServer(
+                    "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                    "--cluster-node-timeout", str(NODE_TIMEOUT_MS), port=free_cluster_port()))
+            subprocess.run(
+                [binary, "--cluster", "create", *(f"127.0.0.1:{s.port}" for s in self.servers),
+                 "--cluster-replicas", str(replicas), "--cluster-yes"],
+                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+            self.wait_until_healthy()
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def url(self) -> str:
+        """A redis+cluster:// URL that lists every node as a seed."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{s.port}" for s in self.servers)
+
+    def client(self, server: RedisServer) -> redis.Redis:
+        return redis.Redis(port=server.port, decode_responses=True)
+
+    def alive(self) -> list[RedisServer]:
+        return [s for s in self.servers if s.process.poll() is None]
+
+    def masters(self) -> list[RedisServer]:
+        return [s for s in self.alive() if self.client(s).info("replication")["role"] == "master"]
+
+    def wait_until_healthy(self) -> None:
+        """Until every live node says cluster_state:ok with all slots served by live nodes,
+        and every replica is in sync with its master."""
+        deadline = time.monotonic() + START_DEADLINE_S
+        while not self._healthy():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"cluster not healthy after {START_DEADLINE_S} s")
+            time.sleep(0.1)
+
+    def _healthy(self) -> bool:
+        live_ports = {s.port for s in self.alive()}
+        for server in self.alive():
+            client = self.client(server)
+            info = client.cluster("info")
+            if info.get("cluster_state") != "ok":
+                return False
+            for slot_range in client.cluster("slots"):
+                if slot_range[2][1] not in live_ports:
+                    return False
+            replication = client.info("replication")
+            if replication["role"] == "slave" and replication.get("master_link_status") != "up":
+                return False
+        return True
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
