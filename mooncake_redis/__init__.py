@@ -15,6 +15,7 @@ from .errors import (
     ObjectNotFound,
     ObjectNotReady,
     ParentConflict,
+    PermissionDenied,
     RadixTreeDisabled,
 )
 from .index import Index
@@ -25,5 +26,6 @@ __all__ = [
     "Config", "ConfigurationError", "CycleDetected", "Index", "InvalidArgument",
     "InvalidObjectState", "MooncakeRedisError", "NoSpace", "NodeInfo", "ObjectAlreadyExists",
     "ObjectInfo", "ObjectLeased", "ObjectNotFound", "ObjectNotReady", "ParentConflict",
+    "PermissionDenied",
     "RadixTreeDisabled", "Usage", "rfc_prefix", "shard_of",
 ]

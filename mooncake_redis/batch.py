@@ -10,7 +10,13 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
-from .errors import MooncakeRedisError, ReplicationIncomplete, ScriptError, from_script_error
+from .errors import (
+    MooncakeRedisError,
+    PermissionDenied,
+    ReplicationIncomplete,
+    ScriptError,
+    from_script_error,
+)
 
 
 @dataclass(frozen=True)
@@ -61,17 +67,14 @@ class CrossSlotCall(ScriptError):
 class Queued:
     """One queued call: its script or command name, the command as sent, the key that
     routes it (None = any node), whether re-sending it after it may have run is harmless,
-    and its barrier segment."""
+    whether it may write (then WAIT covers it), and its barrier segment."""
 
     name: str
     args: tuple[Any, ...]
     routing_key: str | None
     retry_safe: bool
+    writes: bool
     segment: int
-
-    @property
-    def writes(self) -> bool:
-        return self.args[0] not in READ_ONLY_COMMANDS
 
 
 class Batch:
@@ -99,19 +102,22 @@ class Batch:
         return len(self._queued)
 
     def call(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any],
-             retry_safe: bool = False) -> int:
+             retry_safe: bool = False, read_only: bool = False) -> int:
         """Queue a script call; retry_safe says that running it twice leaves the same state
-        and an answer the caller accepts (scripts.py decides it per script)."""
+        and an answer the caller accepts (scripts.py decides it per script); read_only
+        (a dry run) implies it."""
         tags = {tag_of(k) for k in keys}
         if len(tags) > 1:
             raise CrossSlotCall(f"script {script.name} got keys of shard tags {sorted(tags)}")
         command = ("EVALSHA", script.sha, len(keys), *keys, *args)
-        return self._queue(script.name, command, keys[0] if keys else None, retry_safe)
+        return self._queue(script.name, command, keys[0] if keys else None,
+                           retry_safe or read_only, not read_only)
 
     def command(self, *args: Any) -> int:
         name = str(args[0]).upper()
         routing_key = None if name in KEYLESS_COMMANDS else str(args[1])
-        return self._queue(name, (name, *args[1:]), routing_key, name in READ_ONLY_COMMANDS)
+        read_only = name in READ_ONLY_COMMANDS
+        return self._queue(name, (name, *args[1:]), routing_key, read_only, not read_only)
 
     def barrier(self) -> None:
         """Calls queued after this are sent only once every call before it has completed."""
@@ -119,8 +125,8 @@ class Batch:
             self._segment += 1
 
     def _queue(self, name: str, args: tuple[Any, ...], routing_key: str | None,
-               retry_safe: bool) -> int:
-        self._queued.append(Queued(name, args, routing_key, retry_safe, self._segment))
+               retry_safe: bool, writes: bool) -> int:
+        self._queued.append(Queued(name, args, routing_key, retry_safe, writes, self._segment))
         return len(self._queued) - 1
 
     def execute(self) -> list[Any]:
@@ -181,6 +187,8 @@ def load_scripts(client: redis.Redis, scripts: Sequence[LuaScript]) -> None:
 
 
 def _map_error(result: Any) -> Any:
+    if isinstance(result, redis.exceptions.NoPermissionError):
+        return PermissionDenied(f"NOPERM {result}")
     if isinstance(result, redis.exceptions.ResponseError):
         return from_script_error(str(result))
     return result

@@ -80,6 +80,13 @@ class RadixTreeDisabled(MooncakeRedisError):
     code = "RADIX_TREE_DISABLED"
 
 
+class PermissionDenied(MooncakeRedisError):
+    """The Redis user may not run this command or touch these keys (ACL NOPERM). Grant it
+    the namespace's key pattern (`~<ns>:*`) and the commands of docs/RELIABILITY.md."""
+
+    code = "NOPERM"
+
+
 class ScriptError(MooncakeRedisError):
     """A script failed in a way the Python side does not know; a bug, please report it."""
 
@@ -134,4 +141,6 @@ def from_script_error(message: str, *, key: str | None = None,
         code, _, detail = text[len(SCRIPT_ERROR_PREFIX):].partition(" ")
         cls = _BY_CODE.get(code, ScriptError)
         return cls(detail or text, key=key, prefix_hash=prefix_hash)
+    if text.startswith("NOPERM"):
+        return PermissionDenied(text, key=key, prefix_hash=prefix_hash)
     return ScriptError(text, key=key, prefix_hash=prefix_hash)

@@ -22,8 +22,9 @@ class RedisServer:
     """One redis-server in its own temporary directory; stop() kills it and removes the dir."""
 
     def __init__(self, *extra_args: str, port: int | None = None, directory: Path | None = None,
-                 config_file: Path | None = None):
-        """Without a config file the server persists nothing (as the tests' default)."""
+                 config_file: Path | None = None, tls: dict[str, str] | None = None):
+        """Without a config file the server persists nothing (as the tests' default).
+        With tls (ca, cert, key file paths) it listens with TLS only."""
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed; run scripts/test.sh, which installs it")
@@ -31,17 +32,25 @@ class RedisServer:
         self.directory = directory or Path(tempfile.mkdtemp(prefix="mooncake-redis-test-"))
         self._owns_directory = directory is None
         persistence = [] if config_file else ["--save", "", "--appendonly", "no"]
+        listen = ["--port", str(self.port)]
+        self._client_options: dict[str, object] = {}
+        if tls:
+            listen = ["--port", "0", "--tls-port", str(self.port), "--tls-ca-cert-file", tls["ca"],
+                      "--tls-cert-file", tls["cert"], "--tls-key-file", tls["key"],
+                      "--tls-auth-clients", "no"]
+            self._client_options = {"ssl": True, "ssl_ca_certs": tls["ca"]}
         self.process = subprocess.Popen(
-            [binary, *([str(config_file)] if config_file else []), "--port", str(self.port),
+            [binary, *([str(config_file)] if config_file else []), *listen,
              "--bind", "127.0.0.1", "--dir", str(self.directory), "--protected-mode", "no",
              *persistence, *extra_args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.url = f"{'rediss' if tls else 'redis'}://127.0.0.1:{self.port}/0"
         self._wait_until_up()
 
     def _wait_until_up(self) -> None:
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2,
+                             **self._client_options)  # type: ignore[arg-type]
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -49,7 +58,7 @@ class RedisServer:
             try:
                 client.ping()
                 return
-            except redis.exceptions.ConnectionError:
+            except (redis.exceptions.ConnectionError, redis.exceptions.BusyLoadingError):
                 time.sleep(0.05)
         raise RuntimeError(f"redis-server on port {self.port} did not start in 10 s")
 
