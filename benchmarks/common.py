@@ -159,6 +159,12 @@ def command_delta(before: dict[str, tuple[int, int]],
     return delta
 
 
+def redis_cpu_seconds(client: redis.Redis) -> float:
+    """CPU time the redis-server process has used (user + system), from INFO cpu."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
 class RoundTrips:
     """Counts client round trips: every command and every pipeline goes out through one
     send_packed_command call of a redis-py connection (patched while counting)."""
@@ -197,7 +203,9 @@ def bench_server(*extra_args: str) -> Iterator[RedisServer]:
 
 
 def connect(server: RedisServer) -> redis.Redis:
-    return redis.Redis.from_url(server.url, decode_responses=True)
+    """An admin client with no socket timeout: SAVE, DEBUG RELOAD and full SCANs of a
+    1M-object tree take longer than redis-py's default of 5 s."""
+    return redis.Redis.from_url(server.url, decode_responses=True, socket_timeout=None)
 
 
 def open_index(server: RedisServer, namespace: str = NAMESPACE, **config: Any) -> Index:

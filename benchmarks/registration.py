@@ -25,6 +25,7 @@ from .common import (
     command_stats,
     connect,
     open_index,
+    redis_cpu_seconds,
     timed,
 )
 
@@ -44,6 +45,7 @@ class Measured:
     seconds: float
     round_trips: int
     commands: dict[str, tuple[int, int]]
+    redis_cpu_seconds: float
 
     @property
     def rate(self) -> float:
@@ -56,10 +58,11 @@ def chunks(pages: Sequence[Page], size: int) -> list[Sequence[Page]]:
 
 def measure(client: redis.Redis, path: str, nodes: int, work: Callable[[], None]) -> Measured:
     """Time `work`, counting its round trips and the commands Redis ran for it."""
-    before = command_stats(client)
+    before, cpu_before = command_stats(client), redis_cpu_seconds(client)
     with RoundTrips().counting() as trips:
         seconds, _ = timed(work)
-    return Measured(path, nodes, seconds, trips.count, command_delta(before, command_stats(client)))
+    return Measured(path, nodes, seconds, trips.count, command_delta(before, command_stats(client)),
+                    redis_cpu_seconds(client) - cpu_before)
 
 
 def batches(label: str, groups: Sequence[Sequence[Page]], send: Callable[[Sequence[Page]], None]
@@ -119,18 +122,20 @@ def run(context: Context) -> BenchmarkResult:
     pipelined_ceiling = measured[0].rate
     table = Table("Registration: nodes/s next to the EVALSHA ceiling of the same run",
                   ["path", "nodes", "seconds", "nodes/s", "ratio to pipelined ceiling",
-                   "EVALSHA/node", "round trips/node", "Redis µs/node"])
+                   "EVALSHA/node", "round trips/node", "Redis CPU µs/node",
+                   "Redis busy"])
     rows = []
     for m in measured:
         evalsha = m.commands.get("evalsha", (0, 0))[0]
-        server_usec = sum(usec for _, usec in m.commands.values())
         row = {"path": m.path, "nodes": m.nodes, "seconds": m.seconds, "nodes_per_second": m.rate,
                "ratio_to_pipelined_ceiling": m.rate / pipelined_ceiling,
                "evalsha_per_node": evalsha / m.nodes, "round_trips_per_node": m.round_trips / m.nodes,
-               "redis_usec_per_node": server_usec / m.nodes}
+               "redis_cpu_usec_per_node": m.redis_cpu_seconds * 1e6 / m.nodes,
+               "redis_busy": m.redis_cpu_seconds / m.seconds}
         rows.append(row)
         table.rows.append([row["path"], m.nodes, m.seconds, m.rate,
                            row["ratio_to_pipelined_ceiling"], row["evalsha_per_node"],
-                           row["round_trips_per_node"], row["redis_usec_per_node"]])
+                           row["round_trips_per_node"], row["redis_cpu_usec_per_node"],
+                           row["redis_busy"]])
     return BenchmarkResult([table], {"paths": rows})
 
