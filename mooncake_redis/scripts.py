@@ -93,7 +93,7 @@ class Scripts:
         args = [key, prefix_hash, size, parent or "", _flag(soft_pin), _flag(hard_pin),
                 _flag(register), _flag(dry_run)]
         return batch.call(self._by_name["put_start"], self._object_keys(key, prefix_hash), args,
-                          retry_safe=dry_run)  # run twice, a put answers ALREADY_EXISTS
+                          read_only=dry_run)  # run twice, a put answers ALREADY_EXISTS
 
     def put_end(self, batch: Batch, key: str, prefix_hash: str) -> int:
         return batch.call(self._by_name["put_end"], self._object_keys(key, prefix_hash),
@@ -142,7 +142,8 @@ class Scripts:
         redis_keys = self._node_keys(prefix_hash)
         redis_keys += [self.schema.object_key(key, prefix_hash) for key in keys]
         return batch.call(self._by_name["register_node"], redis_keys,
-                          [prefix_hash, parent or "", _flag(dry_run), *keys], retry_safe=True)
+                          [prefix_hash, parent or "", _flag(dry_run), *keys], retry_safe=True,
+                          read_only=dry_run)
 
     def recompute_node(self, batch: Batch, prefix_hash: str, registered: Sequence[str]) -> int:
         """registered: exactly the keys now in the node's key set."""

@@ -15,6 +15,9 @@ NODE_TIMEOUT_MS = 1000
 
 START_DEADLINE_S = 30
 
+CLUSTER_ARGS = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "--cluster-node-timeout", str(NODE_TIMEOUT_MS))
+
 CLUSTER_BUS_OFFSET = 10000
 """Each node also listens on its port + 10000 for the cluster bus."""
 
@@ -45,11 +48,11 @@ class LocalCluster:
         if binary is None:
             raise RuntimeError("redis-cli is not installed; run scripts/test.sh, which installs it")
         self.servers: list[RedisServer] = []
+        self._owned_directories: list[RedisServer] = []
+        """Killed servers whose directories the restarted ones reuse; removed at stop()."""
         try:
             for _ in range(masters * (1 + replicas)):
-                self.servers.append(RedisServer(
-                    "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                    "--cluster-node-timeout", str(NODE_TIMEOUT_MS), port=free_cluster_port()))
+                self.servers.append(RedisServer(*CLUSTER_ARGS, port=free_cluster_port()))
             subprocess.run(
                 [binary, "--cluster", "create", *(f"127.0.0.1:{s.port}" for s in self.servers),
                  "--cluster-replicas", str(replicas), "--cluster-yes"],
@@ -97,6 +100,13 @@ class LocalCluster:
                 return False
         return True
 
+    def restart(self, server: RedisServer) -> None:
+        """Start a killed node again on its port and directory: its nodes.conf makes it
+        rejoin, as a replica of whichever node took over its slots."""
+        self.servers[self.servers.index(server)] = RedisServer(
+            *CLUSTER_ARGS, port=server.port, directory=server.directory)
+        self._owned_directories.append(server)
+
     def stop(self) -> None:
-        for server in self.servers:
+        for server in self.servers + self._owned_directories:
             server.stop()
