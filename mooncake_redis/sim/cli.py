@@ -12,15 +12,14 @@ from typing import Any
 
 from mooncake_redis.sim.metrics import timer_overhead_ns
 from mooncake_redis.sim.policies import POLICY_NAMES
-from mooncake_redis.sim.redis_backend import run_redis_backend
+from mooncake_redis.sim.redis_backend import DEFAULT_CAPACITY_FRACTION, run_redis_backend
 from mooncake_redis.sim.report import (
     CSV_NAME,
     JSON_NAME,
     PLOT_NAME,
     format_table,
-    write_csv,
     write_hit_rate_plot,
-    write_json,
+    write_results,
 )
 from mooncake_redis.sim.runner import (
     INDEX_NAMES,
@@ -74,6 +73,13 @@ def _capacity_fractions(text: str) -> tuple[float, ...]:
     except ValueError as error:
         raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
     return fractions
+
+
+def _capacity_fraction(text: str) -> float:
+    fractions = _capacity_fractions(text)
+    if len(fractions) != 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one fraction, not a list")
+    return fractions[0]
 
 
 def _names_from(known: Sequence[str], kind: str) -> Callable[[str], tuple[str, ...]]:
@@ -165,14 +171,21 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--backend",
         choices=("memory", "redis"),
         default="memory",
-        help="memory: the in-process indexes; redis: replay page chains on the service "
-        "(not implemented yet)",
+        help="memory: the in-process indexes; redis: replay page chains on the service, "
+        "with and without the radix tree (URL: the global --url, $MOONCAKE_REDIS_URL or "
+        "the in-process memory://)",
     )
     backend.add_argument(
         "--page-tokens",
         type=_at_least(1),
         default=DEFAULT_PAGE_TOKENS,
         help="tokens per KV page in the page chains the redis backend replays",
+    )
+    backend.add_argument(
+        "--capacity-fraction",
+        type=_capacity_fraction,
+        default=DEFAULT_CAPACITY_FRACTION,
+        help="redis backend: capacity_bytes as a fraction of the bytes the workload stores",
     )
     parser.set_defaults(func=run)
 
@@ -197,7 +210,6 @@ def run(args: argparse.Namespace) -> int:
         return run_redis_backend(workload, args)
     results = run_experiment(workload, settings, show_progress=not args.no_progress)
     print(format_table(results))
-    args.out.mkdir(parents=True, exist_ok=True)
     description = {
         "workload": asdict(config),
         "working_set_entries": workload.working_set_entries,
@@ -205,9 +217,7 @@ def run(args: argparse.Namespace) -> int:
         "timer_overhead_ns": timer_overhead_ns(),
         "python": platform.python_version(),
     }
-    written = [args.out / CSV_NAME, args.out / JSON_NAME]
-    write_csv(results, written[0])
-    write_json(results, description, written[1])
+    written = write_results(results, description, args.out)
     if args.plot:
         written.append(args.out / PLOT_NAME)
         write_hit_rate_plot(results, written[-1])

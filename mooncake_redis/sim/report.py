@@ -30,15 +30,18 @@ _TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
-def format_table(results: Sequence[RunMetrics]) -> str:
-    """A fixed-width table, one row per run, numbers right-aligned."""
-    headers = [name for name, _ in _TABLE_COLUMNS]
+def format_table(
+    results: Sequence[Any], columns: Sequence[tuple[str, str]] = _TABLE_COLUMNS
+) -> str:
+    """A fixed-width table, one row per run (any dataclass rows, given their columns);
+    plain "{}" columns are text, left-aligned, every other column right-aligned."""
+    headers = [name for name, _ in columns]
     rows = [
-        [pattern.format(getattr(result, name)) for name, pattern in _TABLE_COLUMNS]
+        [pattern.format(getattr(result, name)) for name, pattern in columns]
         for result in results
     ]
     widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
-    text_columns = {"index", "policy"}
+    text_columns = {name for name, pattern in columns if pattern == "{}"}
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(
@@ -50,17 +53,34 @@ def format_table(results: Sequence[RunMetrics]) -> str:
     return "\n".join([line(headers), separator, *(line(row) for row in rows)])
 
 
-def write_csv(results: Sequence[RunMetrics], path: Path) -> None:
+def write_csv(results: Sequence[Any], path: Path, row_type: type[Any] = RunMetrics) -> None:
+    """One line per row, every field of the row dataclass a column."""
     with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[field.name for field in fields(RunMetrics)])
+        writer = csv.DictWriter(handle, fieldnames=[field.name for field in fields(row_type)])
         writer.writeheader()
         writer.writerows(asdict(result) for result in results)
 
 
-def write_json(results: Sequence[RunMetrics], run_description: dict[str, Any], path: Path) -> None:
+def write_json(results: Sequence[Any], run_description: dict[str, Any], path: Path) -> None:
     """The rows plus what produced them (workload, settings, timer overhead)."""
     document = {"run": run_description, "results": [asdict(result) for result in results]}
     path.write_text(json.dumps(document, indent=2) + "\n")
+
+
+def write_results(
+    results: Sequence[Any],
+    run_description: dict[str, Any],
+    out: Path,
+    csv_name: str = CSV_NAME,
+    json_name: str = JSON_NAME,
+    row_type: type[Any] = RunMetrics,
+) -> list[Path]:
+    """The rows as CSV and JSON in `out` (created if needed); returns the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / csv_name, out / json_name]
+    write_csv(results, written[0], row_type)
+    write_json(results, run_description, written[1])
+    return written
 
 
 def write_hit_rate_plot(results: Sequence[RunMetrics], path: Path) -> None:

@@ -83,7 +83,6 @@ def test_bad_options_exit_2_with_a_message_and_write_nothing(
     [
         (["--turns", "100000"], "more than the key schema"),
         (["--layers", "1001"], "layers must be at most 1000"),
-        (["--backend", "redis"], "not implemented yet"),
     ],
 )
 def test_input_the_simulation_cannot_use_returns_2_and_writes_nothing(
