@@ -134,7 +134,9 @@ class StoreMachine(RuleBasedStateMachine):
           hard=st.sampled_from([False, False, False, True]))
     def put_start(self, key: str, size: int, parent: str | None, soft: bool, hard: bool) -> None:
         prefix = key[:64]
-        refusal = ObjectAlreadyExists if key in self.model.objects else \
+        # the API's order: argument checks (a self-parent) first, then the stored state
+        refusal = CycleDetected if parent == prefix else \
+            ObjectAlreadyExists if key in self.model.objects else \
             self.model.link_refusal(prefix, parent)
         if self.expect(refusal, lambda: self.index.put_start(key, size, parent, soft, hard)):
             self.model.attach(prefix, parent)
