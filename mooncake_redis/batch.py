@@ -148,7 +148,8 @@ class Batch:
     def _execute_on_one_server(self, queued: list[Queued]) -> list[Any]:
         wait = self._policy.wait_replicas > 0 and any(item.writes for item in queued)
         results = self._send(queued, wait)
-        missing = [i for i, r in enumerate(results) if isinstance(r, redis.exceptions.NoScriptError)]
+        missing = [i for i, r in enumerate(results)
+                   if isinstance(r, redis.exceptions.NoScriptError)]
         if missing:
             load_scripts(self._client, self._scripts)
             for i, result in zip(missing, self._send([queued[i] for i in missing], wait)):

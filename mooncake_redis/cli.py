@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import redis
 
@@ -58,7 +58,8 @@ def print_eviction(index: Index, chains: list[list[str]]) -> None:
     print("\nEviction: capacity shrinks so usage is above the high watermark "
           f"({index.config.high_watermark:.0%}); a job evicts leaves first, cascading upward.")
     before, after, summary = squeeze_and_evict(index)
-    print(f"  before: {before.objects} objects, {before.nodes} nodes, {before.ratio:.1%} of capacity")
+    print(f"  before: {before.objects} objects, {before.nodes} nodes, "
+          f"{before.ratio:.1%} of capacity")
     print(f"  after:  {after.objects} objects, {after.nodes} nodes, {after.ratio:.1%} of capacity "
           f"({summary})")
     usable = [index.match_prefix(chain) for chain in chains]
@@ -139,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--conversations", type=positive_int, default=4, help="default: 4")
     demo.add_argument("--turns", type=positive_int, default=5, help="default: 5")
     demo.add_argument("--seed", type=int, default=7, help="default: 7")
-    demo.add_argument("--depth", type=positive_int, default=10, help="tree depth shown (default: 10)")
+    demo.add_argument("--depth", type=positive_int, default=10,
+                      help="tree depth shown (default: 10)")
     demo.set_defaults(func=cmd_demo)
 
     stats = commands.add_parser("stats", help="usage, counts and configuration")

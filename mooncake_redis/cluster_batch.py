@@ -9,6 +9,7 @@ replies are put back in queue order.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -138,10 +139,10 @@ class ClusterExecutor:
         if retry:
             backoff_ms = self._policy.cluster_retry_backoff_ms * 2 ** (retry - 1)
             time.sleep(min(backoff_ms, MAX_BACKOFF_MS) / 1000)
-        try:
+        # If no node answers yet, the next round retries with the old map.
+        with contextlib.suppress(redis.exceptions.RedisError,
+                                 redis.exceptions.RedisClusterException):
             self._client.nodes_manager.initialize()
-        except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException):
-            pass  # no node answered yet: the next round retries with the old map
 
 
 def send_pipeline(node_client: redis.Redis, commands: list[tuple[Any, ...]]) -> list[Any]:

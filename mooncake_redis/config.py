@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import ConfigurationError
 from .prefix import load_extractor

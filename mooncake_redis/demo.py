@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from .index import Index
 from .models import Usage

@@ -15,7 +15,7 @@ def diagnose(client: redis.Redis) -> list[str]:
         return [f"cannot read the Redis configuration ({error}); check by hand that it "
                 "persists (appendonly yes or RDB saves) and uses maxmemory-policy noeviction"]
     warnings = []
-    if settings.get("appendonly") != "yes" and not settings.get("save", "").strip():
+    if settings.get("appendonly") != "yes" and not (settings.get("save") or "").strip():
         warnings.append("Redis persists nothing (appendonly no, no RDB save points): a restart "
                         "loses the whole index. Set appendonly yes (see deploy/redis.conf)")
     policy = settings.get("maxmemory-policy", "noeviction")

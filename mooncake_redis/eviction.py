@@ -12,13 +12,13 @@ says whether more work is left, so a worker can hand over to a follow-up job.
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence, TypeVar
+from typing import TypeVar
 
 from .batch import raise_first_error, score_pairs
 from .errors import InvalidArgument

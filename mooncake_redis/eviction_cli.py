@@ -36,7 +36,8 @@ def cmd_evict(args: argparse.Namespace) -> int:
     print(f"stopped:          {report.stopped}")
     print(f"rounds:           {report.rounds}")
     print(f"leaves evicted:   {report.leaves}")
-    print(f"objects evicted:  {report.objects} ({report.fallback_objects} by lease-ordered fallback)")
+    print(f"objects evicted:  {report.objects} "
+          f"({report.fallback_objects} by lease-ordered fallback)")
     print(f"bytes evicted:    {report.bytes} ({human_bytes(report.bytes)})")
     print(f"used:             {human_bytes(report.start_used_bytes)} -> "
           f"{human_bytes(report.used_bytes)} (target {human_bytes(report.target_bytes)})")

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from .batch import score_pairs
 from .errors import MooncakeRedisError
@@ -232,7 +233,8 @@ class _Checker:
                 self.report.add("dangling_child", f"{parent} lists {child}, which is absent")
                 unlink.append((child, parent))
             elif child_parent not in (None, parent):
-                self.report.add("child_of_other_parent", f"{parent} lists {child} of {child_parent}")
+                self.report.add("child_of_other_parent",
+                                f"{parent} lists {child} of {child_parent}")
                 unlink.append((child, parent))
         if self.repair:
             self._repair_links(relink, unlink)

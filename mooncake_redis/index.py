@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 import time
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -47,7 +48,9 @@ class Index:
     number of clients and workers."""
 
     def __init__(self, client: redis.Redis, namespace: str = "mc", **config: Any):
-        self.client = client
+        # Any, not redis.Redis: replies are str (decode_responses=True), which redis-py's
+        # stubs cannot express.
+        self.client: Any = client
         self.schema = KeySchema(namespace)
         self.scripts = Scripts(self.schema)
         self._config = self._load_config(config)

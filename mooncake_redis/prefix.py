@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import blake3
 

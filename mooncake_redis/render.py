@@ -30,7 +30,8 @@ def time_ms(value: float | None) -> str:
         return "-"
     if value == float("inf"):
         return "never (processing or hard-pinned)"
-    return dt.datetime.fromtimestamp(value / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    moment = dt.datetime.fromtimestamp(value / 1000, dt.timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
 def redis_cli(*words: str) -> str:

@@ -9,8 +9,8 @@ run on Redis Cluster.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from importlib import resources
-from typing import Sequence
 
 from .batch import Batch, LuaScript
 from .keys import KeySchema

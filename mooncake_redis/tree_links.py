@@ -15,7 +15,7 @@ after a crash at any point, and repairs the one race it leaves open:
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .batch import Batch, raise_first_error
 from .errors import CycleDetected, MooncakeRedisError
@@ -42,8 +42,8 @@ class TreeLinks:
         """Refuse links that would make a node its own ancestor: walk up from each new
         parent (all walks step together, one round trip per level) looking for the child.
         `batch_parents` holds parents being registered in the same call."""
-        walks = {child: parent for child, parent in links}
-        for depth in range(self._max_depth()):
+        walks = dict(links)
+        for _ in range(self._max_depth()):
             for child, cursor in list(walks.items()):
                 if cursor == child:
                     raise CycleDetected(

@@ -27,7 +27,7 @@ class RedisServer:
         With tls (ca, cert, key file paths) it listens with TLS only."""
         binary = shutil.which("redis-server")
         if binary is None:
-            raise RuntimeError("redis-server is not installed; run scripts/test.sh, which installs it")
+            raise RuntimeError("redis-server is not installed; scripts/test.sh installs it")
         self.port = port or free_port()
         self.directory = directory or Path(tempfile.mkdtemp(prefix="mooncake-redis-test-"))
         self._owns_directory = directory is None

@@ -8,10 +8,10 @@ import random
 import sys
 import time
 
+from helpers import page
+
 from mooncake_redis import Index, MooncakeRedisError
 from mooncake_redis.eviction import Evictor
-
-from helpers import page
 
 
 def client(index: Index, seed: int, seconds: float) -> dict:

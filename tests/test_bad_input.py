@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
-
 from helpers import page, snapshot
+
 from mooncake_redis import (
     ConfigurationError,
     CycleDetected,

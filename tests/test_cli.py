@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from helpers import page
+
 from mooncake_redis import Index
 from mooncake_redis.cli import main
 

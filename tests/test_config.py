@@ -1,4 +1,5 @@
-"""Configuration: validated once, kept in Redis for every client, overridable from the environment."""
+"""Configuration: validated once, kept in Redis for every client, overridable from the
+environment."""
 
 from __future__ import annotations
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import redis
-
 from helpers import page
+from redis_server import RedisServer
+
 from mooncake_redis import Index, MooncakeRedisError
 from mooncake_redis.fsck import check
-from redis_server import RedisServer
 
 CRASH_LEFTOVERS = {"dangling_child", "usage_counter"}
 """What a crash may leave by design: a child reference whose unlink or write never ran

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import redis
 import yaml
+from redis_server import RedisServer
 
 from mooncake_redis.cli import build_parser
 from mooncake_redis.config import ENV_URL, env_overrides
-from redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import redis
+from redis_server import RedisServer
 
 from mooncake_redis.cli import main
 from mooncake_redis.doctor import diagnose
-from redis_server import RedisServer
 
 
 def test_a_redis_that_persists_nothing_or_evicts_gets_warnings(redis_url: str) -> None:

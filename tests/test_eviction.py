@@ -6,8 +6,8 @@ import threading
 import time
 
 import pytest
-
 from helpers import assert_consistent, page
+
 from mooncake_redis import Index, InvalidArgument
 from mooncake_redis.eviction import (
     LOCK_HELD,
@@ -43,10 +43,12 @@ def test_the_rfc_example_evicts_leaves_first_then_their_parent(index: Index) -> 
     report = Evictor(index).run(
         target_ratio=0,
         on_round=lambda _: after_each_round.append(alive(index, *"ABCDEF")))
-    assert after_each_round[0] == dict(A=True, B=True, C=True, D=False, E=False, F=True)
-    assert after_each_round[1] == dict(A=True, B=False, C=True, D=False, E=False, F=True)
+    assert after_each_round[0] == {"A": True, "B": True, "C": True, "D": False, "E": False,
+                                   "F": True}
+    assert after_each_round[1] == {"A": True, "B": False, "C": True, "D": False, "E": False,
+                                   "F": True}
     assert report.stopped == NOTHING_EVICTABLE and report.leaves == 3 and report.rounds == 2
-    assert alive(index, *"ACF") == dict(A=True, C=True, F=True)
+    assert alive(index, *"ACF") == {"A": True, "C": True, "F": True}
     assert_consistent(index)
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
-
 from helpers import page
+
 from mooncake_redis import Index
 from mooncake_redis.fsck import check
 

@@ -7,11 +7,11 @@ import uuid
 from dataclasses import dataclass, field
 
 import pytest
+from helpers import page
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from helpers import page
 from mooncake_redis import (
     CycleDetected,
     Index,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import blake3
 import pytest
-
 from helpers import page
+
 from mooncake_redis import ConfigurationError, Index
 from mooncake_redis.prefix import load_extractor, rfc_prefix, shard_of
 
@@ -61,7 +61,8 @@ def test_a_custom_extractor_is_loaded_by_import_path(make_index) -> None:
     assert index.get_keys_by_prefix(H) == [key]
 
 
-@pytest.mark.parametrize("spec", ["nope", "no_such_module_xyz:f", "test_prefix:missing", "test_prefix:H"])
+@pytest.mark.parametrize(
+    "spec", ["nope", "no_such_module_xyz:f", "test_prefix:missing", "test_prefix:H"])
 def test_a_bad_extractor_is_a_configuration_error(spec: str) -> None:
     with pytest.raises(ConfigurationError):
         load_extractor(spec)

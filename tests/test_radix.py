@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from helpers import assert_consistent, page, snapshot
+
 from mooncake_redis import (
     CycleDetected,
     Index,

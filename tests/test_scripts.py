@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from helpers import page
 from redis.crc import key_slot
 
-from helpers import page
 from mooncake_redis import Index
 from mooncake_redis.batch import Batch, CrossSlotCall
 from mooncake_redis.fsck import check

@@ -4,17 +4,17 @@ ever shows a password."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 import redis
 import trustme
-
 from helpers import page
+from redis_server import RedisServer
+
 from mooncake_redis import Index, MooncakeRedisError, PermissionDenied
 from mooncake_redis.cli import main
 from mooncake_redis.fsck import check
-from redis_server import RedisServer
 
 # What a namespace's user needs: its own keys, and the non-admin commands (scripts, TIME).
 NAMESPACE_USER = ["on", ">ns-secret", "~acl:*", "resetchannels", "+@all", "-@admin",

@@ -9,13 +9,13 @@ import time
 
 import pytest
 import rq
-
 from helpers import assert_consistent, page
-from mooncake_redis import Index, NoSpace
-from mooncake_redis.eviction import LOCK_HELD, TARGET_REACHED
 from mooncake_redis.workers.jobs import eviction_queue, request_eviction
 from mooncake_redis.workers.monitor import watch
 from mooncake_redis.workers.worker import run_worker
+
+from mooncake_redis import Index, NoSpace
+from mooncake_redis.eviction import LOCK_HELD, TARGET_REACHED
 
 
 @pytest.fixture

@@ -43,7 +43,8 @@ def request_eviction(index: Index, target_ratio: float | None = None,
     return True
 
 
-def eviction_job(index_url: str, namespace: str, target_ratio: float | None = None) -> dict[str, Any]:
+def eviction_job(index_url: str, namespace: str,
+                 target_ratio: float | None = None) -> dict[str, Any]:
     """One eviction job (run by an RQ worker): bounded rounds under the namespace's lock;
     a follow-up job is enqueued when it stopped at its round limit above target."""
     index = Index.from_url(index_url, namespace=namespace)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from mooncake_redis.index import Index
 
@@ -19,11 +19,11 @@ def watch(index: Index, interval_s: float = 1.0, iterations: int | None = None,
     while iterations is None or tick < iterations:
         usage = index.usage()
         config = index.config
-        if usage.capacity_bytes and usage.ratio > config.high_watermark:
-            if request_eviction(index):
-                enqueued += 1
-                say(f"usage {usage.ratio:.1%} above high watermark {config.high_watermark:.0%}: "
-                    "eviction job enqueued")
+        above = usage.capacity_bytes and usage.ratio > config.high_watermark
+        if above and request_eviction(index):
+            enqueued += 1
+            say(f"usage {usage.ratio:.1%} above high watermark {config.high_watermark:.0%}: "
+                "eviction job enqueued")
         tick += 1
         if iterations is None or tick < iterations:
             time.sleep(interval_s)

@@ -193,7 +193,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the sub-command; the exit code is 0, or 2 for input the simulation cannot use."""
     try:
-        config = WorkloadConfig(**{field.name: getattr(args, field.name) for field in fields(WorkloadConfig)})
+        config = WorkloadConfig(
+            **{field.name: getattr(args, field.name) for field in fields(WorkloadConfig)})
         settings = SimulationSettings(
             indexes=args.indexes,
             policies=args.policies,

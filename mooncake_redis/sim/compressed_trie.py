@@ -28,7 +28,8 @@ class KeyAlgebra(Protocol[KeyT]):
         """The first `depth` units (depth <= length)."""
         ...
 
-    def common_length(self, first: KeyT, first_length: int, second: KeyT, second_length: int) -> int:
+    def common_length(self, first: KeyT, first_length: int, second: KeyT,
+                      second_length: int) -> int:
         """How many leading units the two sequences share."""
         ...
 

@@ -1,4 +1,4 @@
-"""Eviction policies: each decides what to evict and asks the index, through CacheIndex, to do it."""
+"""Eviction policies: each decides what to evict and asks the index (a CacheIndex) to do it."""
 
 from __future__ import annotations
 
@@ -25,13 +25,13 @@ class EvictionPolicy(ABC):
         """The LRU tier a newly cached entry of this position joins."""
         return NORMAL_TIER
 
-    def on_span(self, span: Span) -> None:
+    def on_span(self, span: Span) -> None:  # noqa: B027 (an optional hook)
         """A question was asked or answered (READ and WRITE spans are reported per position)."""
 
-    def on_position_used(self, sequence: int, position: int) -> None:
+    def on_position_used(self, sequence: int, position: int) -> None:  # noqa: B027
         """A position was read or written, in every layer and head."""
 
-    def on_insert(self, sequence: int, position: int) -> None:
+    def on_insert(self, sequence: int, position: int) -> None:  # noqa: B027
         """One entry of this position was cached."""
 
     @abstractmethod
@@ -84,7 +84,7 @@ class PrefixProtectedLruPolicy(EvictionPolicy):
             return PROTECTED_TIER
         return NORMAL_TIER
 
-    def on_span(self, span: Span) -> None:
+    def on_span(self, span: Span) -> None:  # noqa: B027 (an optional hook)
         if span.kind is SpanKind.QUESTION_ASKED:
             self._current_question, tier = span, PROTECTED_TIER
         elif span.kind is SpanKind.QUESTION_ANSWERED:
@@ -137,7 +137,7 @@ class BlockHeatPolicy(EvictionPolicy):
         weight = 2.0 ** (self._uses_since_rescale / self._uses_per_doubling)
         return self._heat.get((sequence, position // self.block_tokens), 0.0) / weight
 
-    def on_position_used(self, sequence: int, position: int) -> None:
+    def on_position_used(self, sequence: int, position: int) -> None:  # noqa: B027
         self._uses_since_rescale += 1
         exponent = self._uses_since_rescale / self._uses_per_doubling
         if exponent > self._MAX_WEIGHT_EXPONENT:
@@ -147,7 +147,7 @@ class BlockHeatPolicy(EvictionPolicy):
         block = (sequence, position // self.block_tokens)
         self._heat[block] = self._heat.get(block, 0.0) + 2.0**exponent
 
-    def on_insert(self, sequence: int, position: int) -> None:
+    def on_insert(self, sequence: int, position: int) -> None:  # noqa: B027
         block = (sequence, position // self.block_tokens)
         self._cached_entries[block] = self._cached_entries.get(block, 0) + 1
 

@@ -134,7 +134,8 @@ class OrphanCensus:
     bytes: int
 
 
-def count_orphans(index: Index, layout: PageLayout, parents: Mapping[str, str | None]) -> OrphanCensus:
+def count_orphans(index: Index, layout: PageLayout,
+                  parents: Mapping[str, str | None]) -> OrphanCensus:
     """Pages with objects in the store whose parent page is not fully there: no prefix match
     can ever reach them, yet they hold capacity. Read from the store, not from the replay's
     own bookkeeping."""

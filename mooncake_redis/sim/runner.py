@@ -102,7 +102,8 @@ def make_policy(
         return BlockHeatPolicy(
             index, layers, heads, settings.block_tokens, settings.half_life_uses
         )
-    policy_class = {LruPolicy.name: LruPolicy, PrefixProtectedLruPolicy.name: PrefixProtectedLruPolicy}
+    policy_class = {LruPolicy.name: LruPolicy,
+                    PrefixProtectedLruPolicy.name: PrefixProtectedLruPolicy}
     return policy_class[name](index, layers, heads)
 
 

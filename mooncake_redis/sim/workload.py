@@ -163,7 +163,8 @@ def generate_workload(config: WorkloadConfig) -> Workload:
     return Workload(config, spans, system_prompt, session_tokens, request_ends)
 
 
-def page_chains(workload: Workload, page_tokens: int = DEFAULT_PAGE_TOKENS) -> list[list[list[str]]]:
+def page_chains(workload: Workload,
+                page_tokens: int = DEFAULT_PAGE_TOKENS) -> list[list[list[str]]]:
     """The workload as Mooncake would store it: per session, per request (turn), the page hashes.
 
     A request's tokens are its whole context after the turn (system prompt, history, question,
@@ -181,7 +182,8 @@ def page_chains(workload: Workload, page_tokens: int = DEFAULT_PAGE_TOKENS) -> l
         page_hashes = []
         for page_end in range(page_tokens, len(tokens) + 1, page_tokens):
             page = tokens[page_end - page_tokens : page_end]
-            prefix_hash.update(b"".join(token.to_bytes(_TOKEN_ID_BYTES, "little") for token in page))
+            prefix_hash.update(
+                b"".join(token.to_bytes(_TOKEN_ID_BYTES, "little") for token in page))
             page_hashes.append(prefix_hash.copy().hexdigest())
         chains.append([page_hashes[: end // page_tokens] for end in ends])
     return chains

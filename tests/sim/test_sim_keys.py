@@ -62,7 +62,8 @@ def test_prefixes_match_exactly_the_keys_of_their_sequence_layer_and_head() -> N
         assert pack_key(key) >> (64 - prefix.length) == prefix.value
     other_head = CacheKey(7, 12, 4, 999)
     assert not format_key(other_head).startswith(string_prefix(7, 12, 3))
-    assert pack_key(other_head) >> (64 - packed_prefix(7, 12, 3).length) != packed_prefix(7, 12, 3).value
+    prefix = packed_prefix(7, 12, 3)
+    assert pack_key(other_head) >> (64 - prefix.length) != prefix.value
 
 
 @pytest.mark.parametrize(

@@ -51,7 +51,8 @@ def test_each_turn_asks_reads_and_answers_its_question_in_order() -> None:
     for span in asked:
         assert SMALL.question_tokens // 2 <= span.end - span.start <= SMALL.question_tokens * 3 // 2
     system_reads = [
-        s for s in workload.spans if s.kind is SpanKind.READ and s.sequence == SYSTEM_PROMPT_SEQUENCE
+        s for s in workload.spans
+        if s.kind is SpanKind.READ and s.sequence == SYSTEM_PROMPT_SEQUENCE
     ]
     assert all((s.start, s.end) == (0, SMALL.system_prompt_tokens) for s in system_reads)
 
