@@ -114,3 +114,31 @@ end
 local function read_object(obj_key)
   return redis.call('HMGET', obj_key, 'size', 'state', 'lease_ms', 'soft_pin', 'hard_pin')
 end
+
+-- Whether a sorted set holds exactly the members ARGV[first_arg .. first_arg + count - 1]
+-- (repairs act only on what the caller saw; anything else means "read again").
+local function holds_exactly(zset_key, first_arg, count)
+  if redis.call('ZCARD', zset_key) ~= count then return false end
+  for i = first_arg, first_arg + count - 1 do
+    if not redis.call('ZSCORE', zset_key, ARGV[i]) then return false end
+  end
+  return true
+end
+
+-- Re-scores the objects KEYS[first_key ..] (keys ARGV[first_arg ..]) in a sorted set from
+-- the objects themselves, dropping those that no longer exist; returns the present
+-- objects' fields.
+local function rescore_objects(zset_key, first_key, first_arg)
+  local present = {}
+  for i = first_key, #KEYS do
+    local key = ARGV[first_arg + i - first_key]
+    local f = read_object(KEYS[i])
+    if f[2] then
+      redis.call('ZADD', zset_key, score_arg(object_score(f[2], f[5], f[3])), key)
+      present[#present + 1] = f
+    else
+      redis.call('ZREM', zset_key, key)
+    end
+  end
+  return present
+end

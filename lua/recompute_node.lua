@@ -12,12 +12,7 @@ local node_key, children_key, keys_key, leaves_key, soft_leaves_key, nodes_key =
 local hash = ARGV[1]
 local FIRST_OBJECT = 7
 
-if redis.call('ZCARD', keys_key) ~= #KEYS - FIRST_OBJECT + 1 then return {'changed', ''} end
-for i = FIRST_OBJECT, #KEYS do
-  if not redis.call('ZSCORE', keys_key, ARGV[i - FIRST_OBJECT + 2]) then
-    return {'changed', ''}
-  end
-end
+if not holds_exactly(keys_key, 2, #KEYS - FIRST_OBJECT + 1) then return {'changed', ''} end
 
 if redis.call('EXISTS', node_key) == 0 then
   if redis.call('SCARD', children_key) == 0 and redis.call('ZCARD', keys_key) == 0 then
@@ -30,17 +25,10 @@ if redis.call('EXISTS', node_key) == 0 then
 end
 redis.call('SADD', nodes_key, hash)
 local bytes, processing, soft_pins = 0, 0, 0
-for i = FIRST_OBJECT, #KEYS do
-  local key = ARGV[i - FIRST_OBJECT + 2]
-  local f = read_object(KEYS[i])
-  if not f[2] then
-    redis.call('ZREM', keys_key, key)
-  else
-    bytes = bytes + tonumber(f[1])
-    if f[2] ~= 'complete' then processing = processing + 1 end
-    if f[4] == '1' then soft_pins = soft_pins + 1 end
-    redis.call('ZADD', keys_key, score_arg(object_score(f[2], f[5], f[3])), key)
-  end
+for _, f in ipairs(rescore_objects(keys_key, FIRST_OBJECT, 2)) do
+  bytes = bytes + tonumber(f[1])
+  if f[2] ~= 'complete' then processing = processing + 1 end
+  if f[4] == '1' then soft_pins = soft_pins + 1 end
 end
 redis.call('HSET', node_key, 'bytes', bytes, 'processing', processing, 'soft_pins', soft_pins)
 local parent = settle_node(node_key, children_key, keys_key, leaves_key, soft_leaves_key,

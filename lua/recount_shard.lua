@@ -7,22 +7,11 @@
 --          caller read it: read again and retry)
 local objects_key, stats_key = KEYS[1], KEYS[2]
 local FIRST_OBJECT = 3
-if redis.call('ZCARD', objects_key) ~= #KEYS - FIRST_OBJECT + 1 then return {'changed'} end
+if not holds_exactly(objects_key, 1, #KEYS - FIRST_OBJECT + 1) then return {'changed'} end
 local used, count = 0, 0
-for i = FIRST_OBJECT, #KEYS do
-  local key = ARGV[i - FIRST_OBJECT + 1]
-  if not redis.call('ZSCORE', objects_key, key) then return {'changed'} end
-end
-for i = FIRST_OBJECT, #KEYS do
-  local key = ARGV[i - FIRST_OBJECT + 1]
-  local f = read_object(KEYS[i])
-  if not f[2] then
-    redis.call('ZREM', objects_key, key)
-  else
-    used = used + tonumber(f[1])
-    count = count + 1
-    redis.call('ZADD', objects_key, score_arg(object_score(f[2], f[5], f[3])), key)
-  end
+for _, f in ipairs(rescore_objects(objects_key, FIRST_OBJECT, 1)) do
+  used = used + tonumber(f[1])
+  count = count + 1
 end
 redis.call('HSET', stats_key, 'used_bytes', used, 'objects', count)
 return {'recounted', used, count}
