@@ -18,11 +18,12 @@ from typing import Any
 
 import redis
 
-from . import eviction, match_prefix, memory, prefix_query, registration
+from . import cluster, eviction, match_prefix, memory, prefix_query, registration
 from .common import SCALES, Context, TreeSnapshots, to_json
 
 BENCHMARKS: dict[str, ModuleType] = {module.NAME: module for module in
-                                     (prefix_query, registration, eviction, match_prefix, memory)}
+                                     (prefix_query, registration, eviction, match_prefix, memory,
+                                      cluster)}
 
 DESCRIPTION = """\
 Benchmarks of mooncake-redis against the baselines it replaces, each on its own
@@ -34,6 +35,8 @@ throwaway redis-server (free port, temp dir, no persistence; never your Redis):
   eviction      time to evict the same 10k leaves from 100k- and 1M-object trees
   match_prefix  latency and round trips of match_prefix over 1,000-page chains
   memory        bytes per object and node, encodings per key kind, effect of settings
+  cluster       registration and eviction on 1 redis-server vs a 3-master local cluster;
+                how the 256 shards spread over the masters
 
 Trees are chat-shaped (system prompts, multi-turn chains, branches), built once per run
 through the public API and loaded into each benchmark's server as an RDB snapshot.
