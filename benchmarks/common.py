@@ -25,7 +25,7 @@ from mooncake_redis import Index
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from redis_server import RedisServer  # tests/ is on sys.path now, not a package
+from redis_server import RedisServer  # noqa: E402  (tests/ is no package: path first)
 
 NAMESPACE = "mc"
 OBJECT_BYTES = 1 << 20

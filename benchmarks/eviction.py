@@ -41,7 +41,8 @@ def evict_leaves(context: Context, objects: int) -> dict[str, Any]:
         used = index.usage().used_bytes
         index.set_config(capacity_bytes=used)
         # Half an object of slack, so float rounding of the target never costs a leaf more.
-        target_ratio = (used - context.scale.eviction_leaves * leaf_bytes + OBJECT_BYTES // 2) / used
+        evicted_bytes = context.scale.eviction_leaves * leaf_bytes - OBJECT_BYTES // 2
+        target_ratio = (used - evicted_bytes) / used
         round_ends = [time.perf_counter()]
         seconds, report = timed(partial(Evictor(index).run, target_ratio,
                                         on_round=lambda _: round_ends.append(time.perf_counter())))

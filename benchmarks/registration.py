@@ -1,4 +1,4 @@
-"""Registration: nodes/s of batch and single put_start and of path B, next to the EVALSHA ceiling."""
+"""Registration: nodes/s of batch and single put_start and path B, next to the EVALSHA ceiling."""
 
 from __future__ import annotations
 
@@ -129,7 +129,8 @@ def run(context: Context) -> BenchmarkResult:
         evalsha = m.commands.get("evalsha", (0, 0))[0]
         row = {"path": m.path, "nodes": m.nodes, "seconds": m.seconds, "nodes_per_second": m.rate,
                "ratio_to_pipelined_ceiling": m.rate / pipelined_ceiling,
-               "evalsha_per_node": evalsha / m.nodes, "round_trips_per_node": m.round_trips / m.nodes,
+               "evalsha_per_node": evalsha / m.nodes,
+               "round_trips_per_node": m.round_trips / m.nodes,
                "redis_cpu_usec_per_node": m.redis_cpu_seconds * 1e6 / m.nodes,
                "redis_busy": m.redis_cpu_seconds / m.seconds}
         rows.append(row)
