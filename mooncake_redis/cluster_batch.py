@@ -58,7 +58,8 @@ class ClusterExecutor:
 
     def _run_segment(self, queued: Sequence[Queued], positions: list[int],
                      results: list[Any]) -> None:
-        pending, unknown, shortfalls = positions, [], []
+        pending, unknown = positions, []
+        shortfalls: list[ReplicationIncomplete] = []
         retries = reloads = 0
         while pending:
             resend, refresh, pause = [], False, False
