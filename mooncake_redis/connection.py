@@ -4,6 +4,7 @@ in-process memory://."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis
@@ -13,7 +14,7 @@ from .errors import ConfigurationError
 
 SUPPORTED_SCHEMES = ("memory", "redis", "redis+cluster", "rediss", "unix")
 
-_memory_servers: dict[str, object] = {}
+_memory_servers: dict[str, Any] = {}
 _memory_lock = threading.Lock()
 
 
