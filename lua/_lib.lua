@@ -54,7 +54,8 @@ end
 -- shard's node index; returns 1 if created.
 local function ensure_node(node_key, nodes_key, hash, now)
   if redis.call('EXISTS', node_key) == 1 then return 0 end
-  redis.call('HSET', node_key, 'created_ms', now, 'bytes', 0, 'processing', 0, 'soft_pins', 0)
+  redis.call('HSET', node_key, 'created_ms', now, 'key_count', 0, 'bytes', 0, 'processing', 0,
+    'soft_pins', 0)
   redis.call('SADD', nodes_key, hash)
   return 1
 end
@@ -62,6 +63,7 @@ end
 -- Adds one object to its node's key set and the node's counters.
 local function register_key(node_key, keys_key, key, size, state, soft_pin, hard_pin, lease_ms)
   redis.call('ZADD', keys_key, score_arg(object_score(state, hard_pin, lease_ms)), key)
+  redis.call('HINCRBY', node_key, 'key_count', 1)
   redis.call('HINCRBY', node_key, 'bytes', size)
   if state ~= 'complete' then redis.call('HINCRBY', node_key, 'processing', 1) end
   if soft_pin == '1' then redis.call('HINCRBY', node_key, 'soft_pins', 1) end
@@ -92,6 +94,7 @@ local function delete_object(obj_key, node_key, keys_key, objects_key, stats_key
   redis.call('HINCRBY', stats_key, 'used_bytes', -size)
   redis.call('HINCRBY', stats_key, 'objects', -1)
   if redis.call('ZREM', keys_key, key) == 1 then
+    redis.call('HINCRBY', node_key, 'key_count', -1)
     redis.call('HINCRBY', node_key, 'bytes', -size)
     if f[2] ~= 'complete' then redis.call('HINCRBY', node_key, 'processing', -1) end
     if f[4] == '1' then redis.call('HINCRBY', node_key, 'soft_pins', -1) end

@@ -1,6 +1,6 @@
 -- recompute_node: fsck repair of one node from the objects registered under it: drops
 -- registrations of objects that no longer exist, recomputes bytes, processing,
--- soft_pins and each key's score, refreshes the leaf indexes, and deletes the node if it
+-- soft_pins, key_count and each key's score, refreshes the leaf indexes, and deletes the node if it
 -- is left with no keys and no children (the caller then unlinks it from its parent).
 -- KEYS: 1 node, 2 children, 3 keys, 4 leaves, 5 soft_leaves, 6 nodes, then 1 per
 --       registered key: obj (all in the node's shard)
@@ -30,7 +30,8 @@ for _, f in ipairs(rescore_objects(keys_key, FIRST_OBJECT, 2)) do
   if f[2] ~= 'complete' then processing = processing + 1 end
   if f[4] == '1' then soft_pins = soft_pins + 1 end
 end
-redis.call('HSET', node_key, 'bytes', bytes, 'processing', processing, 'soft_pins', soft_pins)
+redis.call('HSET', node_key, 'key_count', redis.call('ZCARD', keys_key), 'bytes', bytes,
+  'processing', processing, 'soft_pins', soft_pins)
 local parent = settle_node(node_key, children_key, keys_key, leaves_key, soft_leaves_key,
   nodes_key, hash)
 if parent then return {'deleted', parent} end

@@ -188,7 +188,8 @@ class _Checker:
                 present[key] = info
                 if score != _score(info):
                     report.add("registered_key_score", f"{key}: {score} != {_score(info)}")
-        counters = {"bytes": sum(int(i["size"]) for i in present.values()),
+        counters = {"key_count": len(node.keys),
+                    "bytes": sum(int(i["size"]) for i in present.values()),
                     "processing": sum(1 for i in present.values() if i["state"] != "complete"),
                     "soft_pins": sum(1 for i in present.values() if i["soft_pin"] == "1")}
         for name, expected in counters.items():

@@ -42,6 +42,9 @@ DELETE_CHUNK = 256
 
 SCAN_COUNT = 1000
 
+MATCH_PREFIX_PROBE = 32
+"""match_prefix reads this many leading pages before reading the rest of the chain."""
+
 
 class Index:
     """A namespace of KV-cache objects and their radix tree, shared through Redis by any
@@ -501,19 +504,22 @@ class Index:
 
     def match_prefix(self, hash_chain: Sequence[str]) -> int:
         """How many leading pages of the chain are usable: each has registered keys and all
-        of them complete. One round trip for the whole chain."""
+        of them complete. One command per page; the first MATCH_PREFIX_PROBE pages go in
+        one round trip and the rest in a second only if they all matched, so a miss near
+        the start stays cheap."""
         self._require_tree()
         chain = [self._hash(h) for h in hash_chain]
-        batch = self.batch()
-        for prefix_hash in chain:
-            node = self.schema.node_keys(prefix_hash)
-            batch.command("ZCARD", node.keys)
-            batch.command("HGET", node.node, "processing")
-        results = batch.execute()
-        for position, (key_count, processing) in enumerate(zip(results[0::2], results[1::2])):
-            if not key_count or int(processing or 0) > 0:
-                return position
-        return len(chain)
+        matched = 0
+        for start, end in ((0, MATCH_PREFIX_PROBE), (MATCH_PREFIX_PROBE, len(chain))):
+            batch = self.batch()
+            for prefix_hash in chain[start:end]:
+                batch.command("HMGET", self.schema.node_keys(prefix_hash).node, "key_count",
+                              "processing")
+            for key_count, processing in batch.execute():
+                if not int(key_count or 0) or int(processing or 0):
+                    return matched
+                matched += 1
+        return matched
 
     # -- capacity ------------------------------------------------------------------------
 

@@ -4,8 +4,8 @@ The schema is a contract that redis-cli users read (tests/test_keys.py pins it):
 
     <ns>:{<shard>}:obj:<key>        HASH  size, state, lease_ms, soft_pin, hard_pin,
                                           created_ms, prefix
-    <ns>:{<shard>}:node:<hash>      HASH  parent (absent = unknown), bytes, processing,
-                                          soft_pins, created_ms
+    <ns>:{<shard>}:node:<hash>      HASH  parent (absent = unknown), key_count, bytes,
+                                          processing, soft_pins, created_ms
     <ns>:{<shard>}:children:<hash>  SET   child prefix hashes
     <ns>:{<shard>}:keys:<hash>      ZSET  registered object key -> eviction score
     <ns>:{<shard>}:leaves           ZSET  leaf node hash -> eviction score (no soft-pinned key)

@@ -61,5 +61,6 @@ def test_our_redis_config_loads_with_aof_and_noeviction(tmp_path: Path) -> None:
         settings = client.config_get("*")
         assert settings["appendonly"] == "yes"
         assert settings["maxmemory-policy"] == "noeviction"
+        assert settings["zset-max-listpack-value"] == "128"
     finally:
         server.stop()
