@@ -232,7 +232,7 @@ class Evictor:
             freed.objects += int(object_count)
             freed.bytes += int(freed_bytes)
             evicted += list(zip(flat[0::2], flat[1::2]))
-        self._release(freed.bytes)
+        self.index.release_bytes(freed.bytes)
         self.index.links.cascade(evicted)
         return freed
 
@@ -262,29 +262,9 @@ class Evictor:
             if size is not None and (soft or soft_pin != "1") and not in_tree:
                 acceptable.append(candidate)
                 sizes.append(size)
-        by_shard: dict[str, list[tuple[str, str]]] = defaultdict(list)
-        for key, prefix_hash in enough_for(need_bytes, acceptable[:config.leaves_per_round],
-                                           sizes):
-            by_shard[shard_of(prefix_hash)].append((key, prefix_hash))
-        if not by_shard:
-            return _Freed()
-        batch = self.index.batch()
-        for shard, pairs in by_shard.items():
-            self.scripts.delete_objects(batch, shard, "evict", pairs, soft_pins_allowed=soft,
-                                        path_breaking=config.allow_path_breaking_eviction)
-        results = batch.execute()
-        raise_first_error(results)
-        freed = _Freed()
-        emptied: list[Link] = []
-        for freed_bytes, statuses, flat in results:
-            freed.bytes += int(freed_bytes)
-            freed.objects += sum(1 for status in statuses if status == "deleted")
-            emptied += list(zip(flat[0::2], flat[1::2]))
-        freed.fallback_objects = freed.objects
-        self._release(freed.bytes)
-        self.index.links.cascade(emptied)
-        return freed
-
-    def _release(self, freed_bytes: int) -> None:
-        if freed_bytes:
-            self.index.client.decrby(self.schema.usage, freed_bytes)
+        chosen = enough_for(need_bytes, acceptable[:config.leaves_per_round], sizes)
+        deletion = self.index.delete_objects(
+            chosen, "evict", soft_pins_allowed=soft,
+            path_breaking=config.allow_path_breaking_eviction)
+        return _Freed(objects=deletion.deleted, bytes=deletion.freed_bytes,
+                      fallback_objects=deletion.deleted)

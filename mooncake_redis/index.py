@@ -6,6 +6,7 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -188,7 +189,7 @@ class Index:
         refused = [(put, results[i]) for put, i in zip(puts, positions)
                    if isinstance(results[i], MooncakeRedisError)]
         if refused:  # only a concurrent writer gets here: the dry run passed
-            self.client.decrby(self.schema.usage, sum(put[1] for put, _ in refused))
+            self.release_bytes(sum(put[1] for put, _ in refused))
             put, error = refused[0]
             error.key = put[0]
             raise error
@@ -315,7 +316,8 @@ class Index:
         ("missing", "leased", "processing")."""
         keys = [self._key(k) for k in keys]
         check_unique(keys, "object key")
-        return self._delete([(k, self.prefix_of(k)) for k in keys], _delete_mode(force))
+        pairs = [(k, self.prefix_of(k)) for k in keys]
+        return self.delete_objects(pairs, _delete_mode(force)).statuses
 
     def remove_by_regex(self, pattern: str, force: bool = False) -> int:
         """Delete every object whose key matches the regular expression (re.search), walking
@@ -338,8 +340,7 @@ class Index:
         for shard in all_shards():
             for page in self._scan_shard_objects(shard):
                 pairs = [(k, self.prefix_of(k)) for k in page if matches(k)]
-                outcome = self._delete(pairs, mode)
-                deleted += sum(1 for status in outcome.values() if status == "deleted")
+                deleted += self.delete_objects(pairs, mode).deleted
         return deleted
 
     def _scan_shard_objects(self, shard: str) -> Iterator[list[str]]:
@@ -354,7 +355,7 @@ class Index:
 
     def _delete_one(self, key: str, mode: str) -> None:
         key = self._key(key)
-        status = self._delete([(key, self.prefix_of(key))], mode)[key]
+        status = self.delete_objects([(key, self.prefix_of(key))], mode).statuses[key]
         if status == "deleted":
             return
         if status == "missing":
@@ -366,9 +367,13 @@ class Index:
             "processing objects; use remove"
         raise InvalidObjectState(f"object {key} is {status}; {advice}", key=key)
 
-    def _delete(self, pairs: Sequence[tuple[str, str]], mode: str) -> dict[str, str]:
-        """The one way objects leave the store: delete_objects per shard (which unregisters
-        them from their nodes), then release bytes, then cascade up the tree."""
+    def delete_objects(self, pairs: Sequence[tuple[str, str]], mode: str,
+                       soft_pins_allowed: bool = False,
+                       path_breaking: bool = False) -> Deletion:
+        """The one way single objects leave the store (removal, revocation and the
+        lease-ordered eviction fallback): delete_objects.lua per shard (which unregisters
+        them from their nodes), then release bytes, then cascade up the tree. pairs are
+        (key, prefix hash); mode and flags as in lua/delete_objects.lua."""
         by_shard: dict[str, list[tuple[str, str]]] = defaultdict(list)
         for pair in pairs:
             by_shard[shard_of(pair[1])].append(pair)
@@ -377,7 +382,8 @@ class Index:
         for shard, shard_pairs in by_shard.items():
             for start in range(0, len(shard_pairs), DELETE_CHUNK):
                 chunk = shard_pairs[start:start + DELETE_CHUNK]
-                self.scripts.delete_objects(batch, shard, mode, chunk)
+                self.scripts.delete_objects(batch, shard, mode, chunk, soft_pins_allowed,
+                                            path_breaking)
                 chunks.append(chunk)
         results = batch.execute()
         raise_first_error(results)
@@ -388,10 +394,15 @@ class Index:
             freed += int(chunk_freed)
             outcome.update((key, status) for (key, _), status in zip(chunk, statuses))
             emptied += list(zip(emptied_flat[0::2], emptied_flat[1::2]))
+        self.release_bytes(freed)
+        self.links.cascade(emptied)
+        return Deletion(outcome, freed)
+
+    def release_bytes(self, freed: int) -> None:
+        """Give deleted objects' bytes back to the admission counter (after the deletion,
+        so a crash in between only over-counts)."""
         if freed:
             self.client.decrby(self.schema.usage, freed)
-        self.links.cascade(emptied)
-        return outcome
 
     # -- radix tree ----------------------------------------------------------------------
 
@@ -543,6 +554,19 @@ class Index:
         return Usage(used_bytes=int(used or 0), capacity_bytes=self.config.capacity_bytes,
                      objects=sum(int(o or 0) for o in per_shard[0::2]),
                      nodes=sum(int(n) for n in per_shard[1::2]))
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """What one delete_objects call did."""
+
+    statuses: dict[str, str]
+    """Each key's outcome: "deleted", or why it stayed (see lua/delete_objects.lua)."""
+    freed_bytes: int
+
+    @property
+    def deleted(self) -> int:
+        return sum(1 for status in self.statuses.values() if status == "deleted")
 
 
 OBJECT_FIELDS = ("size", "state", "lease_ms", "soft_pin", "hard_pin", "created_ms", "prefix")
