@@ -1,29 +1,34 @@
--- grant_lease: a read (get, or a probe when probes extend leases) holds a complete object
--- for lease_ttl from now; the object's and its leaf's eviction scores only ever rise.
--- KEYS: 1 obj, 2 node, 3 children, 4 keys, 5 leaves, 6 soft_leaves, 7 objects, 8 stats,
---       9 nodes
--- ARGV: 1 key, 2 prefix hash, 3 lease ttl ms
--- Returns: {size, state, lease_ms, soft_pin, hard_pin, created_ms, prefix}, or nil
---          when the object does not exist
--- Errors: MCERR_NOT_READY (the object is still processing)
-local obj_key, node_key, children_key, keys_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local leaves_key, soft_leaves_key, objects_key = KEYS[5], KEYS[6], KEYS[7]
-local key, hash, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+-- grant_lease: get for objects of one shard: each complete object gets a read lease until
+-- Redis now + ttl (leases only grow), which holds it against eviction and removal.
+-- KEYS: 1-7 the shard's keys, then the nodes
+-- ARGV: 1-3 header (_lib.lua), 4 lease ttl (ms), 5 probe (0|1: is_exist with
+--       probe_extends_lease: a processing object answers '' like an absent one),
+--       then 3 per item: node key index, node hash, key suffix
+-- Returns: one per item: the packed value after the lease, '' if absent, or NOT_READY
+local ttl, probe = tonumber(ARGV[4]), ARGV[5] == '1'
 
-local f = redis.call('HMGET', obj_key, 'size', 'state', 'lease_ms', 'soft_pin', 'hard_pin',
-  'created_ms', 'prefix')
-if not f[2] then return nil end
-if f[2] ~= 'complete' then
-  return fail('NOT_READY', 'object ' .. key .. ' is still ' .. f[2] .. '; call put_end first')
+local function lease(n, suffix)
+  local field = 'o:' .. suffix
+  local value = redis.call('HGET', n.key, field)
+  if not value then return '' end
+  local state, size, t, pins, token = unpack_object(value)
+  if state ~= 'c' then
+    if probe then return '' end
+    return fail('NOT_READY', 'object ' .. n.hash .. suffix .. ' is still processing')
+  end
+  local until_ms = NOW + ttl
+  if until_ms > t then
+    value = pack_object('c', size, until_ms, pins, token)
+    redis.call('HSET', n.key, field, value)
+    if until_ms > (n.lm or 0) then set(n, 'lm', until_ms) end
+  end
+  return value
 end
 
-local lease = math.max(tonumber(f[3]), now_ms() + ttl)
-f[3] = score_arg(lease)
-redis.call('HSET', obj_key, 'lease_ms', f[3])
-local score = score_arg(object_score('complete', f[5], lease))
-redis.call('ZADD', objects_key, 'GT', score, key)
-if redis.call('ZSCORE', keys_key, key) then
-  redis.call('ZADD', keys_key, 'GT', score, key)
-  refresh_leaf(node_key, children_key, keys_key, leaves_key, soft_leaves_key, hash)
+local results = {}
+for a = 6, #ARGV, 3 do
+  local n = node(KEYS[tonumber(ARGV[a])], ARGV[a + 1])
+  results[#results + 1] = lease(n, ARGV[a + 2])
 end
-return f
+finish()
+return results

@@ -1,27 +1,34 @@
--- put_end: mark a processing object complete; its lease starts at completion time, so
--- objects nobody has read yet are evicted oldest first.
--- KEYS: 1 obj, 2 node, 3 children, 4 keys, 5 leaves, 6 soft_leaves, 7 objects, 8 stats,
---       9 nodes
--- ARGV: 1 key, 2 prefix hash
--- Returns: the completion time in ms
--- Errors: MCERR_NOT_FOUND, MCERR_INVALID_STATE
-local obj_key, node_key, children_key, keys_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local leaves_key, soft_leaves_key, objects_key = KEYS[5], KEYS[6], KEYS[7]
-local key, hash = ARGV[1], ARGV[2]
-
-local f = read_object(obj_key)
-if not f[2] then return fail('NOT_FOUND', 'no object ' .. key) end
-if f[2] ~= 'processing' then
-  return fail('INVALID_STATE', 'object ' .. key .. ' is ' .. f[2] .. ', not processing')
+-- put_end: complete processing objects of one shard. Each one's lease starts now, so objects
+-- nobody reads are evicted oldest first; a 'stored' event announces it.
+-- KEYS: 1-7 the shard's keys, then the nodes
+-- ARGV: 1-3 header (_lib.lua), then 4 per item: node key index, node hash, key suffix,
+--       writer token
+-- Returns: one per item: 'OK' (also when it was complete already: a re-send), or NOT_FOUND,
+--          INVALID_STATE (another writer's object)
+local function complete(n, suffix, token)
+  local field = 'o:' .. suffix
+  local value = redis.call('HGET', n.key, field)
+  if not value then
+    return fail('NOT_FOUND', 'no object ' .. n.hash .. suffix .. ' (never started, revoked, '
+      .. 'or evicted after put_start_release_timeout)')
+  end
+  local state, size, t, pins, owner = unpack_object(value)
+  if owner ~= token then
+    return fail('INVALID_STATE', 'object ' .. n.hash .. suffix .. ' was started by another '
+      .. 'writer (token ' .. tostring(owner) .. ')')
+  end
+  if state == 'c' then return 'OK' end
+  redis.call('HSET', n.key, field, pack_object('c', size, NOW, pins, token))
+  count_object(n, -1, 'p', size, t, pins)
+  count_object(n, 1, 'c', size, NOW, pins)
+  emit('stored', n.hash, 'key', n.hash .. suffix, 'size', num(size), 'parent', n.p or '')
+  return 'OK'
 end
 
-local now = now_ms()
-redis.call('HSET', obj_key, 'state', 'complete', 'lease_ms', now)
-local score = score_arg(object_score('complete', f[5], now))
-redis.call('ZADD', objects_key, score, key)
-if redis.call('ZSCORE', keys_key, key) then
-  redis.call('ZADD', keys_key, score, key)
-  redis.call('HINCRBY', node_key, 'processing', -1)
-  refresh_leaf(node_key, children_key, keys_key, leaves_key, soft_leaves_key, hash)
+local results = {}
+for a = 4, #ARGV, 4 do
+  local n = node(KEYS[tonumber(ARGV[a])], ARGV[a + 1])
+  results[#results + 1] = complete(n, ARGV[a + 2], ARGV[a + 3])
 end
-return now
+finish()
+return results

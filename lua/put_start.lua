@@ -1,42 +1,58 @@
--- put_start: create an object in state "processing" and register it under its node.
--- KEYS: 1 obj, 2 node, 3 children, 4 keys, 5 leaves, 6 soft_leaves, 7 objects, 8 stats,
---       9 nodes
---       (all in the object's shard; the node is the object's prefix node)
--- ARGV: 1 key, 2 prefix hash, 3 size, 4 parent hash ("" = not given),
---       5 soft_pin (0|1), 6 hard_pin (0|1), 7 register in the tree (0|1),
---       8 dry_run (0|1: check only, write nothing)
--- Returns: {node_created (0|1), node_has_children (0|1)}
--- Errors: MCERR_ALREADY_EXISTS, MCERR_PARENT_CONFLICT
-local obj_key, node_key, children_key, keys_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local leaves_key, soft_leaves_key, objects_key, stats_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local nodes_key = KEYS[9]
-local key, hash, size, parent = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local soft_pin, hard_pin, register, dry_run = ARGV[5], ARGV[6], ARGV[7] == '1', ARGV[8] == '1'
+-- put_start: step 2 of path A (and every put without a parent), for objects of one shard:
+-- each object is created (processing) in its prefix node, counted against the shard's
+-- byte limit, and the node is linked to its parent when one is given.
+-- KEYS: 1-7 the shard's keys, then the nodes
+-- ARGV: 1-3 header (_lib.lua), 4 batch id, 5 put_start_discard_timeout (ms), 6 the shard's
+--       default byte limit (0 = none; a limit in stats, kept by admission.py, wins),
+--       then 9 per item: node key index, node hash, key suffix, size, pins (0-3),
+--       writer token, parent hash ('' = none), link epoch, cycle-checked (0|1)
+-- Returns: one per item: 'OK' .. link flag ('' no parent, 'L' linked, 'C' linked but left
+--          for the resolver's cycle walk), or a refusal: ALREADY_EXISTS, NO_SPACE,
+--          PARENT_CONFLICT, and the link refusals the client handles itself: STALE_EPOCH,
+--          FENCED <fence>, CYCLE_CHECK
+local batch, discard_ms, default_limit = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local stats = redis.call('HMGET', STATS, 'used_bytes', 'limit')
+local used, limit = tonumber(stats[1]) or 0, tonumber(stats[2]) or default_limit
 
-if redis.call('EXISTS', obj_key) == 1 then
-  local state = redis.call('HGET', obj_key, 'state')
-  return fail('ALREADY_EXISTS', 'object ' .. key .. ' already exists (state ' .. tostring(state) .. ')')
+local function put(n, suffix, size, pins, token, parent, epoch, checked)
+  local field = 'o:' .. suffix
+  local current = redis.call('HGET', n.key, field)
+  local old
+  if current then
+    local state, old_size, t, old_pins, old_token = unpack_object(current)
+    if old_token == token then  -- our own put_start, sent again after a lost reply
+      if parent ~= '' and n.p == parent then
+        return 'OK' .. apply_parent(n, parent, epoch, 'same', batch)
+      end
+      return 'OK'
+    end
+    if state ~= 'p' or t + discard_ms > NOW then
+      return fail('ALREADY_EXISTS', 'object ' .. n.hash .. suffix .. ' already exists (' ..
+        (state == 'p' and 'processing' or 'complete') .. ')')
+    end
+    old = {state, old_size, t, old_pins}  -- unfinished past the discard timeout: take over
+  end
+  local grow = size - (old and old[2] or 0)
+  if limit > 0 and grow > 0 and used + grow > limit then
+    return fail('NO_SPACE', 'shard ' .. string.match(STATS, '{(..)}') .. ' holds ' .. num(used) ..
+      ' bytes and ' .. num(grow) .. ' more would pass its limit of ' .. num(limit))
+  end
+  local how, refusal = check_parent(n, parent, epoch, checked, batch)
+  if not how then return refusal end
+  create(n)
+  local flag = apply_parent(n, parent, epoch, how, batch)
+  redis.call('HSET', n.key, field, pack_object('p', size, NOW, pins, token))
+  count_object(n, 1, 'p', size, NOW, pins)
+  if old then count_object(n, -1, old[1], old[2], old[3], old[4]) end
+  used = used + grow
+  return 'OK' .. flag
 end
-local recorded_parent = redis.call('HGET', node_key, 'parent')
-if register and parent ~= '' and recorded_parent and recorded_parent ~= parent then
-  return fail('PARENT_CONFLICT', 'node ' .. hash .. ' already has parent ' .. recorded_parent
-    .. ', refusing parent ' .. parent)
-end
-local has_children = redis.call('SCARD', children_key) > 0 and 1 or 0
-if dry_run then return {0, has_children} end
 
-local now = now_ms()
-redis.call('HSET', obj_key, 'size', size, 'state', 'processing', 'lease_ms', 0,
-  'soft_pin', soft_pin, 'hard_pin', hard_pin, 'created_ms', now, 'prefix', hash)
-redis.call('ZADD', objects_key, '+inf', key)
-redis.call('HINCRBY', stats_key, 'used_bytes', size)
-redis.call('HINCRBY', stats_key, 'objects', 1)
-
-local created = 0
-if register then
-  created = ensure_node(node_key, nodes_key, hash, now)
-  if parent ~= '' and not recorded_parent then redis.call('HSET', node_key, 'parent', parent) end
-  register_key(node_key, keys_key, key, size, 'processing', soft_pin, hard_pin, 0)
-  refresh_leaf(node_key, children_key, keys_key, leaves_key, soft_leaves_key, hash)
+local results = {}
+for a = 7, #ARGV, 9 do
+  local n = node(KEYS[tonumber(ARGV[a])], ARGV[a + 1])
+  results[#results + 1] = put(n, ARGV[a + 2], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
+    ARGV[a + 5], ARGV[a + 6], tonumber(ARGV[a + 7]), ARGV[a + 8])
 end
-return {created, has_children}
+finish()
+return results

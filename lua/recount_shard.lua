@@ -1,17 +1,39 @@
--- recount_shard: fsck repair of one shard's object index and counters from the objects
--- themselves: drops index entries of objects that no longer exist, restores each
--- object's eviction score, and recomputes used_bytes and objects.
--- KEYS: 1 objects, 2 stats, then 1 per indexed object: obj (all in one shard)
--- ARGV: then 1 per indexed object: key (exactly the members of objects)
--- Returns: {"recounted", used_bytes, objects} | {"changed"} (the index changed since the
---          caller read it: read again and retry)
-local objects_key, stats_key = KEYS[1], KEYS[2]
-local FIRST_OBJECT = 3
-if not holds_exactly(objects_key, 1, #KEYS - FIRST_OBJECT + 1) then return {'changed'} end
-local used, count = 0, 0
-for _, f in ipairs(rescore_objects(objects_key, FIRST_OBJECT, 1)) do
-  used = used + tonumber(f[1])
-  count = count + 1
+-- recount_shard: fsck --repair for a shard's stats: used_bytes, objects and nodes summed
+-- from the nodes themselves, and leaf index entries of nodes that no longer exist dropped.
+-- The caller lists every node of the shard it scanned and the shard's write counter it
+-- saw before scanning; if any write script ran since, the list may be stale: nothing is
+-- changed and the caller scans again.
+-- KEYS: 1-7 the shard's keys, then every node of the shard
+-- ARGV: 1-3 header (_lib.lua), 4 the write counter seen before the scan, then one node hash
+--       per node key
+-- Returns: {'recounted', used_bytes, objects, nodes, stale leaf entries dropped} or
+--          {'changed'}
+if (redis.call('HGET', STATS, 'writes') or '0') ~= ARGV[4] then return {'changed'} end
+local used, objects, present = 0, 0, {}
+for i = 8, #KEYS do
+  local all = redis.call('HGETALL', KEYS[i])
+  if #all > 0 then
+    present[ARGV[i - 3]] = true
+    for j = 1, #all, 2 do
+      if string.sub(all[j], 1, 2) == 'o:' then
+        local state, size = unpack_object(all[j + 1])
+        if state then
+          used = used + size
+          objects = objects + 1
+        end
+      end
+    end
+  end
 end
-redis.call('HSET', stats_key, 'used_bytes', used, 'objects', count)
-return {'recounted', used, count}
+local nodes, dropped = 0, 0
+for _ in pairs(present) do nodes = nodes + 1 end
+for _, index in ipairs({LEAVES, SOFT_LEAVES}) do
+  for _, member in ipairs(redis.call('ZRANGE', index, 0, -1)) do
+    if not present[member] then
+      redis.call('ZREM', index, member)
+      dropped = dropped + 1
+    end
+  end
+end
+redis.call('HSET', STATS, 'used_bytes', num(used), 'objects', num(objects), 'nodes', num(nodes))
+return {'recounted', num(used), num(objects), num(nodes), dropped}

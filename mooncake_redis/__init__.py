@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .config import Config
 from .errors import (
+    ClusterUnavailable,
     ConfigurationError,
     CycleDetected,
     InvalidArgument,
@@ -14,18 +14,23 @@ from .errors import (
     ObjectLeased,
     ObjectNotFound,
     ObjectNotReady,
+    OutcomeUnknown,
     ParentConflict,
     PermissionDenied,
     RadixTreeDisabled,
+    ReplicationIncomplete,
+    StoreFull,
 )
 from .index import Index
-from .models import NodeInfo, ObjectInfo, Usage
-from .prefix import rfc_prefix, shard_of
+from .models import NodeInfo, ObjectInfo, Result, Usage
+from .prefix import register_extractor, rfc_prefix, shard_of, tagged_prefix
+from .settings import ClientOptions, Settings
 
 __all__ = [
-    "Config", "ConfigurationError", "CycleDetected", "Index", "InvalidArgument",
-    "InvalidObjectState", "MooncakeRedisError", "NoSpace", "NodeInfo", "ObjectAlreadyExists",
-    "ObjectInfo", "ObjectLeased", "ObjectNotFound", "ObjectNotReady", "ParentConflict",
-    "PermissionDenied",
-    "RadixTreeDisabled", "Usage", "rfc_prefix", "shard_of",
+    "ClientOptions", "ClusterUnavailable", "ConfigurationError", "CycleDetected", "Index",
+    "InvalidArgument", "InvalidObjectState", "MooncakeRedisError", "NoSpace", "NodeInfo",
+    "ObjectAlreadyExists", "ObjectInfo", "ObjectLeased", "ObjectNotFound", "ObjectNotReady",
+    "OutcomeUnknown", "ParentConflict", "PermissionDenied", "RadixTreeDisabled",
+    "ReplicationIncomplete", "Result", "Settings", "StoreFull", "Usage", "register_extractor",
+    "rfc_prefix", "shard_of", "tagged_prefix",
 ]

@@ -57,7 +57,8 @@ class ObjectLeased(MooncakeRedisError):
 
 
 class NoSpace(MooncakeRedisError):
-    """put_start would exceed capacity_bytes; an eviction job has been requested."""
+    """put_start would pass the shard's share of capacity_bytes; an eviction job has been
+    requested (when a queue is configured)."""
 
     code = "NO_SPACE"
 
@@ -95,8 +96,9 @@ class ScriptError(MooncakeRedisError):
 
 class OutcomeUnknown(MooncakeRedisError):
     """The connection to a Redis node was lost after a call that is not safe to re-send
-    had been sent: it may or may not have run. Look before retrying (object_info, get_node);
-    a put_start that did run answers ALREADY_EXISTS when sent again."""
+    had been sent: it may or may not have run. Look before retrying (object_info, get_node).
+    put_start, put_end and registrations are safe to re-send (they carry the writer's
+    token) and never raise this; removals and evictions can."""
 
     code = "OUTCOME_UNKNOWN"
 
@@ -106,6 +108,13 @@ class ClusterUnavailable(MooncakeRedisError):
     or slots without a node); the calls after it were not sent."""
 
     code = "CLUSTER_UNAVAILABLE"
+
+
+class StoreFull(MooncakeRedisError):
+    """Redis refused a write because it is at maxmemory (policy noeviction). Eviction and
+    removal still work (they free memory); see `mooncake-redis doctor`."""
+
+    code = "REDIS_FULL"
 
 
 class ReplicationIncomplete(MooncakeRedisError):

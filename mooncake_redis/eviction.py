@@ -1,44 +1,49 @@
 """Leaf-first cascading eviction, driven by the capacity watermark.
 
-A round takes the oldest evictable leaves across all shards (the heads of the per-shard
-leaf indexes, merged), evicts each leaf whole inside its shard's script, and unlinks it
-from its parent; a parent left without children becomes a leaf at once and competes in
-the next round by its own score. Soft-pinned leaves wait for a second pass; hard-pinned
-and processing objects never go. When no leaf is evictable, a lease-ordered fallback
-takes objects outside the tree (and, only with allow_path_breaking_eviction, keys of
-nodes that still have children). One job runs at most max_rounds_per_job rounds and
-says whether more work is left, so a worker can hand over to a follow-up job.
+A job holds the namespace's eviction lock, settles what crashed clients left (the
+resolver), then runs rounds. It keeps the evictable leaves of every shard in one heap,
+oldest first, as SGLang's radix cache does in memory: a round takes the oldest leaves
+(enough bytes to reach the target, at most leaves_per_round), evicts each whole inside its
+shard's script (re-checked there), and unlinks it from its parent; a parent left without
+children becomes a leaf at once and goes on the heap with its own score, so it competes
+in the very next round. A shard whose candidates are all used up is read again before
+its unread leaves could be older than the next pick, so the order is exact up to one
+round's worth of parents becoming leaves. Soft-pinned leaves wait for a second pass;
+hard pins never go. Only with allow_path_breaking_eviction, and only when no leaf is
+evictable, the objects of interior nodes go (they stay as shells).
 """
 
 from __future__ import annotations
 
+import heapq
+import logging
 import math
 import time
 import uuid
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import TypeVar
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from .batch import raise_first_error, score_pairs
-from .errors import InvalidArgument
-from .index import Index
-from .prefix import all_shards, shard_of
-from .tree_links import Link
+from .admission import rebalance, usage
+from .context import Context
+from .errors import InvalidArgument, MooncakeRedisError
+from .executor import raise_first_error, score_pairs
+from .links import Intent, NewLeaf, ResolverReport, cascade, resolve, triples
+from .matching import primaries
+from .values import split_node
 
-T = TypeVar("T")
-
-HEAD_PER_SHARD_MIN = 4
-"""Each round reads at least this many leaf candidates from every shard's head."""
-
-FALLBACK_SCAN_PER_SHARD = 32
-"""How deep the lease-ordered fallback reads into each shard's object index per round."""
+log = logging.getLogger(__name__)
 
 TARGET_REACHED = "target reached"
 NOTHING_EVICTABLE = "nothing evictable"
 ROUND_LIMIT = "round limit"
 LOCK_HELD = "another eviction job holds the lock"
 NO_CAPACITY = "capacity is unlimited: nothing to do without an explicit target"
+
+MIN_HEAD_PER_SHARD = 8
+"""Each refill reads at least this many leaves of a shard's index."""
+
+INTERIOR_SCAN_COUNT = 1000
+"""Path-breaking eviction: SCAN COUNT per round (it looks for interior nodes by scanning)."""
 
 
 @dataclass
@@ -52,9 +57,10 @@ class EvictionReport:
     leaves: int = 0
     objects: int = 0
     bytes: int = 0
-    fallback_objects: int = 0
+    interior_nodes: int = 0
     seconds: float = 0.0
     stopped: str = ""
+    resolver: ResolverReport = field(default_factory=ResolverReport)
 
     @property
     def more_work(self) -> bool:
@@ -63,46 +69,101 @@ class EvictionReport:
 
     def summary(self) -> str:
         return (f"{self.stopped}: {self.rounds} rounds, {self.leaves} leaves, "
-                f"{self.objects} objects ({self.fallback_objects} by fallback), "
-                f"{self.bytes} bytes evicted in {self.seconds:.3f} s; "
-                f"used {self.start_used_bytes} -> {self.used_bytes}, target {self.target_bytes}")
+                f"{self.objects} objects, {self.bytes} bytes in {self.seconds:.3f} s; used "
+                f"{self.start_used_bytes} -> {self.used_bytes}, target {self.target_bytes}")
 
 
-@dataclass
-class _Freed:
-    leaves: int = 0
-    objects: int = 0
-    bytes: int = 0
-    fallback_objects: int = 0
+class Candidates:
+    """The evictable leaves of one leaf index (plain or soft) across all shards, oldest
+    first, read from Redis lazily and kept exact as leases move scores."""
 
+    def __init__(self, ctx: Context, index: str, depth: int):
+        self.ctx = ctx
+        self.index = index
+        self.depth = depth
+        self._heap: list[tuple[float, str]] = []
+        self._score: dict[str, float] = {}
+        self._bytes: dict[str, int] = {}
+        self._shard_left: dict[str, int] = {}
+        self._shard_full: set[str] = set(ctx.all_shards())  # not read yet: may hold more
 
-def enough_for(need_bytes: int, candidates: Iterable[T], sizes: Iterable[str | None]) -> list[T]:
-    """The shortest prefix of the candidates (oldest first) whose sizes add up to
-    need_bytes, or all of them."""
-    chosen: list[T] = []
-    planned = 0
-    for candidate, size in zip(candidates, sizes):
-        if planned >= need_bytes:
-            break
-        chosen.append(candidate)
-        planned += int(size or 0)
-    return chosen
+    def push(self, prefix_hash: str, score: float, size: int | None = None) -> None:
+        """A leaf and its score (a later push of the same leaf supersedes this one); size
+        None keeps the size last seen."""
+        if self._score.get(prefix_hash) == score:
+            return
+        if prefix_hash not in self._score:
+            shard = self.ctx.shard(prefix_hash)
+            self._shard_left[shard] = self._shard_left.get(shard, 0) + 1
+        self._score[prefix_hash] = score
+        if size is not None:
+            self._bytes[prefix_hash] = size
+        heapq.heappush(self._heap, (score, prefix_hash))
+
+    def drop(self, prefix_hash: str) -> None:
+        if self._score.pop(prefix_hash, None) is not None:
+            self._shard_left[self.ctx.shard(prefix_hash)] -= 1
+
+    def refill(self, now_ms: int) -> None:
+        """Read again the shards that may hold leaves we have not seen."""
+        shards = [s for s in self._shard_full if not self._shard_left.get(s)]
+        if not shards:
+            return
+        batch = self.ctx.batch()
+        for shard in shards:
+            batch.command("ZRANGEBYSCORE", getattr(self.ctx.schema.shard_keys(shard), self.index),
+                          "-inf", now_ms, "WITHSCORES", "LIMIT", 0, self.depth)
+        found: list[tuple[str, float]] = []
+        for shard, page in zip(shards, batch.execute()):
+            pairs = score_pairs(page)
+            found += pairs
+            if len(pairs) < self.depth:
+                self._shard_full.discard(shard)
+        if not found:
+            return
+        batch = self.ctx.batch()
+        for prefix_hash, _ in found:
+            batch.command("HGET", self.ctx.schema.node(prefix_hash), "b")
+        for (prefix_hash, score), size in zip(found, batch.execute()):
+            self.push(prefix_hash, score, int(size or 0))
+
+    def take(self, need_bytes: int, limit: int, now_ms: int) -> list[tuple[str, float]]:
+        """The oldest evictable leaves, enough for need_bytes, at most limit; stops early
+        where a used-up shard must be read again first (to keep the order exact)."""
+        self.refill(now_ms)
+        chosen: list[tuple[str, float]] = []
+        planned = 0
+        while self._heap and len(chosen) < limit and planned < need_bytes:
+            score, prefix_hash = self._heap[0]
+            if self._score.get(prefix_hash) != score:
+                heapq.heappop(self._heap)  # superseded by a later push, or dropped
+                continue
+            if score > now_ms:
+                break
+            heapq.heappop(self._heap)
+            planned += self._bytes.get(prefix_hash, 0)
+            chosen.append((prefix_hash, score))
+            self.drop(prefix_hash)
+            shard = self.ctx.shard(prefix_hash)
+            if shard in self._shard_full and not self._shard_left[shard]:
+                break  # its unread leaves may be older than the next pick: read it first
+        return chosen
 
 
 class Evictor:
-    def __init__(self, index: Index):
-        self.index = index
-        self.schema = index.schema
-        self.scripts = index.scripts
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self._interior_cursors: dict[str, int] = {}
+        self._passes: list[Candidates] = []
 
     def run(self, target_ratio: float | None = None, max_rounds: int | None = None,
             on_round: Callable[[EvictionReport], None] | None = None) -> EvictionReport:
         """One eviction job: rounds until used bytes are at or below the target (default
         high_watermark - eviction_ratio of capacity), nothing is evictable, or the round
         limit is reached. Holds the namespace's eviction lock throughout."""
-        config = self.index.config
+        ctx, settings = self.ctx, self.ctx.settings
         started = time.monotonic()
-        report = EvictionReport(used_bytes=self._used())
+        report = EvictionReport(used_bytes=usage(ctx).used_bytes)
         report.start_used_bytes = report.used_bytes
         target = self._target_bytes(target_ratio)
         if target is None:
@@ -110,41 +171,124 @@ class Evictor:
             return report
         report.target_bytes = target
         token = uuid.uuid4().hex
-        if not self.index.client.set(self.schema.eviction_lock, token, nx=True,
-                                     px=config.eviction_lock_ttl_ms):
+        if not ctx.client.set(ctx.schema.eviction_lock, token, nx=True,
+                              px=settings.eviction_lock_ttl_ms):
             report.stopped = LOCK_HELD
             return report
         try:
-            rounds = config.max_rounds_per_job if max_rounds is None else max_rounds
-            report.stopped = ROUND_LIMIT
-            for _ in range(rounds):
-                if report.used_bytes <= target:
-                    report.stopped = TARGET_REACHED
-                    break
-                self._renew(token)
-                freed = self.round(report.used_bytes - target)
-                if not freed.objects:
-                    report.stopped = NOTHING_EVICTABLE
-                    break
-                report.rounds += 1
-                report.leaves += freed.leaves
-                report.objects += freed.objects
-                report.bytes += freed.bytes
-                report.fallback_objects += freed.fallback_objects
-                report.used_bytes = self._used()
-                if on_round is not None:
-                    on_round(report)
-            if report.stopped == ROUND_LIMIT and report.used_bytes <= target:
-                report.stopped = TARGET_REACHED
+            report.resolver = resolve(ctx)
+            self._rounds(report, target, max_rounds or settings.max_rounds_per_job, token,
+                         on_round)
+            rebalance(ctx)
         finally:
-            batch = self.index.batch()
-            self.scripts.lock_token(batch, self.schema.eviction_lock, "release", token)
-            batch.execute()
+            ctx.flush()
+            self._lock(token, "release")
             report.seconds = time.monotonic() - started
+        log.info("eviction job in namespace %s: %s", ctx.schema.namespace, report.summary())
         return report
 
+    def _rounds(self, report: EvictionReport, target: int, rounds: int, token: str,
+                on_round: Callable[[EvictionReport], None] | None) -> None:
+        settings = self.ctx.settings
+        depth = max(MIN_HEAD_PER_SHARD,
+                    math.ceil(4 * settings.leaves_per_round / len(self.ctx.all_shards())))
+        passes = [Candidates(self.ctx, "leaves", depth)]
+        if settings.allow_soft_pin_eviction:
+            passes.append(Candidates(self.ctx, "soft_leaves", depth))
+        self._passes = passes
+        report.stopped = ROUND_LIMIT
+        for _ in range(rounds):
+            if report.used_bytes <= target:
+                report.stopped = TARGET_REACHED
+                return
+            self._lock(token, "renew")
+            freed = self._round(passes, report.used_bytes - target, report)
+            if not freed:
+                report.stopped = NOTHING_EVICTABLE
+                return
+            report.rounds += 1
+            report.used_bytes = usage(self.ctx).used_bytes
+            if on_round is not None:
+                on_round(report)
+        if report.used_bytes <= target:
+            report.stopped = TARGET_REACHED
+
+    def _round(self, passes: list[Candidates], need_bytes: int, report: EvictionReport) -> int:
+        """One round: the plain leaves, else the soft-pinned ones, else (by option) interior
+        nodes. Returns the objects evicted."""
+        now_ms = self.ctx.redis_time_ms()
+        limit = self.ctx.settings.leaves_per_round
+        for number, candidates in enumerate(passes):
+            chosen = candidates.take(need_bytes, limit, now_ms)
+            if chosen:
+                evicted = self._evict(chosen, "leaf", number > 0, candidates, report)
+                if evicted:
+                    return evicted
+        if self.ctx.settings.allow_path_breaking_eviction:
+            return self._evict(self._interior_nodes(now_ms), "interior",
+                               self.ctx.settings.allow_soft_pin_eviction, None, report)
+        return 0
+
+    def _evict(self, chosen: list[tuple[str, float]], mode: str, soft: bool,
+               candidates: Candidates | None, report: EvictionReport) -> int:
+        calls = self.ctx.calls("evict", "1" if soft else "0")
+        for prefix_hash, seen in chosen:
+            call = calls.add(self.ctx.shard(prefix_hash), prefix_hash)
+            call.item(call.node(prefix_hash), prefix_hash, _score_arg(seen), mode)
+        batch = self.ctx.batch()
+        calls.queue(batch)
+        results = batch.execute()
+        raise_first_error(results)
+        evicted = 0
+        intents: list[Intent] = []
+        for prefix_hash, outcome in calls.per_item(results, part=0):
+            if outcome.startswith("E"):
+                count, size = outcome[1:].split(":")
+                evicted += int(count)
+                report.objects += int(count)
+                report.bytes += int(size)
+                report.leaves += mode == "leaf"
+                report.interior_nodes += mode == "interior"
+            elif outcome.startswith("S") and candidates is not None:
+                score = float(outcome[1:])
+                if math.isfinite(score):
+                    candidates.push(prefix_hash, score)
+        for _, reply in calls.replies(results):
+            intents += triples(reply[1])
+
+        def on_new_leaf(leaf: NewLeaf) -> None:
+            prefix_hash, score, size, soft = leaf
+            number = 1 if soft else 0
+            if number < len(self._passes) and math.isfinite(score):
+                self._passes[number].push(prefix_hash, score, size)
+
+        cascade(self.ctx, intents, on_new_leaf)
+        return evicted
+
+    def _interior_nodes(self, now_ms: int) -> list[tuple[str, float]]:
+        """Path-breaking eviction's candidates: interior nodes whose objects are all
+        evictable, found by a bounded SCAN per round (it is a last resort)."""
+        pattern = self.ctx.schema.node_pattern()
+        found: list[str] = []
+        for node_client in primaries(self.ctx.client):
+            cursor = self._interior_cursors.get(str(node_client), 0)
+            cursor, keys = node_client.scan(cursor, match=pattern, count=INTERIOR_SCAN_COUNT)
+            self._interior_cursors[str(node_client)] = cursor
+            found += keys
+        if not found:
+            return []
+        batch = self.ctx.batch()
+        for key in found:
+            batch.command("HGETALL", key)
+        chosen = []
+        for key, fields in zip(found, batch.execute()):
+            node = split_node(fields)
+            if node.children and node.objects:
+                chosen.append((self.ctx.schema.hash_of_node_key(key), float(now_ms)))
+        return chosen[:self.ctx.settings.leaves_per_round]
+
     def _target_bytes(self, target_ratio: float | None) -> int | None:
-        capacity = self.index.config.capacity_bytes
+        capacity = self.ctx.settings.capacity_bytes
         if target_ratio is not None:
             if isinstance(target_ratio, bool) or not isinstance(target_ratio, (int, float)) \
                     or not 0 <= target_ratio <= 1:
@@ -155,116 +299,16 @@ class Evictor:
             return int(target_ratio * capacity)
         if capacity == 0:
             return None
-        return int(self.index.config.eviction_target_ratio * capacity)
+        return int(self.ctx.settings.eviction_target_ratio * capacity)
 
-    def _used(self) -> int:
-        return int(self.index.client.get(self.schema.usage) or 0)
+    def _lock(self, token: str, operation: str) -> None:
+        batch = self.ctx.batch()
+        batch.call(self.ctx.scripts["lock_token"], [self.ctx.schema.eviction_lock],
+                   [operation, token, self.ctx.settings.eviction_lock_ttl_ms], retry_safe=True)
+        result = batch.execute()
+        if result and isinstance(result[0], MooncakeRedisError):
+            raise result[0]
 
-    def _renew(self, token: str) -> None:
-        batch = self.index.batch()
-        self.scripts.lock_token(batch, self.schema.eviction_lock, "renew", token,
-                                self.index.config.eviction_lock_ttl_ms)
-        batch.execute()
 
-    def round(self, need_bytes: int) -> _Freed:
-        """Evict up to leaves_per_round of the oldest evictable leaves (enough to free
-        need_bytes if there are that many); soft-pinned leaves only if the first pass
-        finds none; the lease-ordered fallback only if no leaf is evictable."""
-        config = self.index.config
-        now_ms = self._redis_now_ms()
-        passes = [False, True] if config.allow_soft_pin_eviction else [False]
-        if config.enable_radix_tree:
-            for soft in passes:
-                freed = self._evict_leaves(now_ms, soft, need_bytes)
-                if freed.objects:
-                    return freed
-        for soft in passes:
-            freed = self._evict_by_lease(now_ms, soft, need_bytes)
-            if freed.objects:
-                return freed
-        return _Freed()
-
-    def _redis_now_ms(self) -> int:
-        seconds, microseconds = self.index.client.time()
-        return int(seconds) * 1000 + int(microseconds) // 1000
-
-    def _heads(self, index_of_shard: Callable[[str], str], now_ms: int,
-               per_shard: int) -> list[tuple[float, str]]:
-        """(score, member) of the evictable heads of one per-shard sorted set, all shards
-        in one round trip, merged oldest first."""
-        batch = self.index.batch()
-        for shard in all_shards():
-            batch.command("ZRANGEBYSCORE", index_of_shard(shard), "-inf", now_ms, "WITHSCORES",
-                          "LIMIT", 0, per_shard)
-        merged: list[tuple[float, str]] = []
-        for page in batch.execute():
-            merged += [(score, member) for member, score in score_pairs(page)]
-        return sorted(merged)
-
-    def _evict_leaves(self, now_ms: int, soft: bool, need_bytes: int) -> _Freed:
-        config = self.index.config
-        limit = config.leaves_per_round
-        per_shard = max(HEAD_PER_SHARD_MIN, math.ceil(4 * limit / len(all_shards())))
-        pick = (lambda s: self.schema.shard_keys(s).soft_leaves) if soft else \
-            (lambda s: self.schema.shard_keys(s).leaves)
-        candidates = [leaf for _, leaf in self._heads(pick, now_ms, per_shard)[:limit]]
-        if not candidates:
-            return _Freed()
-        batch = self.index.batch()
-        for leaf in candidates:
-            node = self.schema.node_keys(leaf)
-            batch.command("ZRANGE", node.keys, 0, -1)
-            batch.command("HGET", node.node, "bytes")
-        results = batch.execute()
-        chosen: dict[str, list[tuple[str, Sequence[str]]]] = defaultdict(list)
-        for leaf, keys in enough_for(need_bytes, zip(candidates, results[0::2]), results[1::2]):
-            if keys:
-                chosen[shard_of(leaf)].append((leaf, keys))
-        batch = self.index.batch()
-        for shard, leaves in chosen.items():
-            self.scripts.evict_leaves(batch, shard, leaves, soft)
-        results = batch.execute()
-        raise_first_error(results)
-        freed = _Freed()
-        evicted: list[Link] = []
-        for leaf_count, object_count, freed_bytes, flat, _skipped in results:
-            freed.leaves += int(leaf_count)
-            freed.objects += int(object_count)
-            freed.bytes += int(freed_bytes)
-            evicted += list(zip(flat[0::2], flat[1::2]))
-        self.index.release_bytes(freed.bytes)
-        self.index.links.cascade(evicted)
-        return freed
-
-    def _evict_by_lease(self, now_ms: int, soft: bool, need_bytes: int) -> _Freed:
-        """Mooncake's lease-ordered BatchEvict over the shards' object indexes. Candidates
-        the script would refuse (soft-pinned in the first pass, objects in the tree) are
-        filtered out first, reading up to FALLBACK_SCAN_PER_SHARD deep per shard, so
-        refusals at the head do not hide evictable objects behind them."""
-        config = self.index.config
-        heads = self._heads(lambda s: self.schema.shard_keys(s).objects, now_ms,
-                            FALLBACK_SCAN_PER_SHARD)
-        candidates = [(key, self.index.prefix_of(key)) for _, key in heads]
-        if not candidates:
-            return _Freed()
-        batch = self.index.batch()
-        for key, prefix_hash in candidates:
-            node = self.schema.node_keys(prefix_hash)
-            batch.command("HMGET", self.schema.object_key(key, prefix_hash), "size", "soft_pin")
-            batch.command("ZSCORE", node.keys, key)
-            batch.command("SCARD", node.children)
-        results = batch.execute()
-        acceptable, sizes = [], []
-        for candidate, (size, soft_pin), registered, children in zip(
-                candidates, results[0::3], results[1::3], results[2::3]):
-            in_tree = registered is not None and not (config.allow_path_breaking_eviction
-                                                      and int(children) > 0)
-            if size is not None and (soft or soft_pin != "1") and not in_tree:
-                acceptable.append(candidate)
-                sizes.append(size)
-        chosen = enough_for(need_bytes, acceptable[:config.leaves_per_round], sizes)
-        deletion = self.index.delete_objects(
-            chosen, "evict", soft_pins_allowed=soft,
-            path_breaking=config.allow_path_breaking_eviction)
-        return _Freed(objects=deletion.deleted, bytes=deletion.freed_bytes,
-                      fallback_objects=deletion.deleted)
+def _score_arg(score: float) -> str:
+    return "+inf" if math.isinf(score) else str(int(score))

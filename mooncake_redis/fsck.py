@@ -1,27 +1,37 @@
 """Checks every invariant of a namespace and repairs what can be repaired without losing data.
 
-It works a group of shards at a time (a few round trips per group, work bounded by the
-group's size), so it can run on a live namespace: every repair is a script that re-reads
-what it fixes and gives up ("changed") if a client changed it meanwhile, and a problem
-seen while a client was half-way through a two-step operation (a link before its write)
-is transient; run again to see whether it stays.
+Without --repair it only reads. With it, the resolver runs first with no grace period
+(every pending link and unfinished unlink is settled), then each problem found is fixed
+by a script that re-reads what it fixes: node counters and leaf index (repair_node), a
+shard's stats (recount_shard, only if no write ran in the shard since it was read), a
+parent that does not list its child (link: step 1 again at the child's epoch), links
+that dangle (the resolver's own step), and cycles (broken as the resolver does). So it
+may run on a live namespace; what a concurrent client changed is reported, not forced.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from .batch import score_pairs
+from .context import Context
 from .errors import MooncakeRedisError
-from .index import Index
-from .prefix import all_shards
-from .tree_links import Link
+from .executor import score_pairs
+from .links import (
+    Intent,
+    ResolverReport,
+    break_cycles,
+    cascade,
+    pending_member,
+    resolve,
+    resolve_links,
+    triples,
+)
+from .matching import scan_node_keys
+from .values import NodeFields, child_field, decode_object, split_node
 
-INF = math.inf
 SHARDS_PER_STEP = 16
 
 
@@ -34,6 +44,9 @@ class FsckReport:
     nodes: int = 0
     objects: int = 0
     shards: int = 0
+    zombies: int = 0
+    """Processing objects older than put_start_release_timeout (evictable, not a problem)."""
+    resolver: ResolverReport = field(default_factory=ResolverReport)
 
     def add(self, kind: str, detail: str) -> None:
         self.problems.append((kind, detail))
@@ -48,267 +61,258 @@ class FsckReport:
 
 
 @dataclass
-class _Node:
-    fields: dict[str, str]
-    children: set[str]
-    keys: dict[str, float]
-
-
-@dataclass
 class _Shard:
     name: str
-    objects: dict[str, float]
+    writes: str
+    stats: dict[str, str]
     leaves: dict[str, float]
     soft_leaves: dict[str, float]
-    stats: dict[str, str]
-    node_hashes: set[str]
-    nodes: dict[str, _Node] = field(default_factory=dict)
-    infos: dict[str, dict[str, str]] = field(default_factory=dict)
+    pending: set[str]
+    nodes: dict[str, NodeFields] = field(default_factory=dict)
 
 
-def check(index: Index, repair: bool = False, shards: Sequence[str] | None = None,
+def check(ctx: Context, repair: bool = False, shards: Sequence[str] | None = None,
           progress: Callable[[int], None] | None = None) -> FsckReport:
-    """Check (and with repair=True, repair) the given shards (default: all). Cross-shard
-    invariants are checked for the nodes of those shards; the usage counter and cycles
-    only in a full run."""
-    checker = _Checker(index, repair)
-    todo = list(shards) if shards is not None else all_shards()
+    """Check (and with repair=True, repair) the given shards (default: all). Links are
+    checked from the nodes of those shards; cycles only in a full run."""
+    checker = _Checker(ctx, repair)
+    if repair:
+        checker.report.resolver = resolve(ctx, grace_ms=0)
+    todo = list(shards) if shards is not None else list(ctx.all_shards())
+    writes_before = checker.read_writes(todo)
+    node_keys: dict[str, list[str]] = defaultdict(list)
+    for page in scan_node_keys(ctx):
+        for key in page:
+            node_keys[key.split("{", 1)[1][:2]].append(key)
     parents: dict[str, str | None] = {}
     for start in range(0, len(todo), SHARDS_PER_STEP):
-        group = [checker.read_shard(s) for s in todo[start:start + SHARDS_PER_STEP]]
-        checker.read_members(group)
+        group = [checker.read_shard(s, writes_before[s], node_keys.get(s, []))
+                 for s in todo[start:start + SHARDS_PER_STEP]]
         for shard in group:
             checker.check_shard(shard)
-            parents.update((h, n.fields.get("parent")) for h, n in shard.nodes.items())
+            parents.update((h, n.attributes.get("p")) for h, n in shard.nodes.items())
         checker.check_links(group)
         if progress is not None:
             progress(len(group))
     if shards is None:
-        checker.check_usage()
-        _check_cycles(checker.report, parents)
+        checker.check_cycles(parents)
+    ctx.flush()
     return checker.report
 
 
 class _Checker:
-    def __init__(self, index: Index, repair: bool):
-        self.index = index
-        self.schema = index.schema
-        self.client = index.client
+    def __init__(self, ctx: Context, repair: bool):
+        self.ctx = ctx
         self.repair = repair
         self.report = FsckReport()
-        self.shard_used = 0
+        self.now = ctx.redis_time_ms()
 
-    def _run(self, queue: Callable[[Any], Any]) -> list[Any]:
-        batch = self.index.batch()
-        queue(batch)
-        return batch.execute()
+    def read_writes(self, shards: Sequence[str]) -> dict[str, str]:
+        batch = self.ctx.batch()
+        for shard in shards:
+            batch.command("HGET", self.ctx.schema.shard_keys(shard).stats, "writes")
+        return {s: w or "0" for s, w in zip(shards, batch.execute())}
 
-    def read_shard(self, name: str) -> _Shard:
-        keys = self.schema.shard_keys(name)
-        objects, leaves, soft, stats, nodes = self._run(lambda b: (
-            b.command("ZRANGE", keys.objects, 0, -1, "WITHSCORES"),
-            b.command("ZRANGE", keys.leaves, 0, -1, "WITHSCORES"),
-            b.command("ZRANGE", keys.soft_leaves, 0, -1, "WITHSCORES"),
-            b.command("HGETALL", keys.stats),
-            b.command("SMEMBERS", keys.nodes)))
-        return _Shard(name, dict(score_pairs(objects)), dict(score_pairs(leaves)),
-                      dict(score_pairs(soft)), stats, set(nodes))
-
-    def read_members(self, group: list[_Shard]) -> None:
-        """Every object and node of the group, in one round trip."""
-        batch = self.index.batch()
-        for shard in group:
-            for key in shard.objects:
-                batch.command("HGETALL", self.schema.object_key(key, self.index.prefix_of(key)))
-            for prefix_hash in shard.node_hashes:
-                node = self.schema.node_keys(prefix_hash)
-                batch.command("HGETALL", node.node)
-                batch.command("SMEMBERS", node.children)
-                batch.command("ZRANGE", node.keys, 0, -1, "WITHSCORES")
-        results = iter(batch.execute())
-        for shard in group:
-            shard.infos = {key: next(results) for key in shard.objects}
-            for prefix_hash in shard.node_hashes:
-                fields, children, keys = next(results), next(results), next(results)
-                shard.nodes[prefix_hash] = _Node(fields, set(children), dict(score_pairs(keys)))
+    def read_shard(self, name: str, writes: str, node_keys: list[str]) -> _Shard:
+        keys = self.ctx.schema.shard_keys(name)
+        batch = self.ctx.batch()
+        batch.command("HGETALL", keys.stats)
+        batch.command("ZRANGE", keys.leaves, 0, -1, "WITHSCORES")
+        batch.command("ZRANGE", keys.soft_leaves, 0, -1, "WITHSCORES")
+        batch.command("ZRANGE", keys.pending, 0, -1)
+        for key in node_keys:
+            batch.command("HGETALL", key)
+        stats, leaves, soft, pending, *nodes = batch.execute()
+        shard = _Shard(name, writes, stats, dict(score_pairs(leaves)), dict(score_pairs(soft)),
+                       set(pending))
+        for key, fields in zip(node_keys, nodes):
+            if fields:
+                shard.nodes[self.ctx.schema.hash_of_node_key(key)] = split_node(fields)
+        return shard
 
     def check_shard(self, shard: _Shard) -> None:
         report = self.report
         report.shards += 1
-        report.objects += len(shard.objects)
-        report.nodes += len(shard.node_hashes)
-        broken_nodes: set[str] = set()
-        index_broken = False
-        used = 0
-        for key, score in shard.objects.items():
-            info = shard.infos[key]
-            if not info:
-                report.add("object_index_stale", f"{key} indexed in shard {shard.name}, no object")
-                index_broken = True
-                continue
-            used += int(info["size"])
-            if score != _score(info):
-                report.add("object_score", f"{key}: {score} != {_score(info)}")
-                index_broken = True
-            if self.index.config.enable_radix_tree:
-                node = shard.nodes.get(info["prefix"])
-                if node is None or key not in node.keys:
-                    report.add("object_unregistered", f"{key} not under node {info['prefix']}")
-                    broken_nodes.add(info["prefix"])
-        self.shard_used += used
-        stats = (int(shard.stats.get("used_bytes", 0)), int(shard.stats.get("objects", 0)))
-        if stats != (used, sum(1 for i in shard.infos.values() if i)):
-            report.add("shard_stats", f"shard {shard.name} (used_bytes, objects) {stats}")
-            index_broken = True
+        report.nodes += len(shard.nodes)
+        used = objects = 0
+        broken = []
         for prefix_hash, node in shard.nodes.items():
             if self._check_node(shard, prefix_hash, node):
-                broken_nodes.add(prefix_hash)
-        for leaf in (set(shard.leaves) | set(shard.soft_leaves)) - set(shard.nodes):
-            report.add("leaf_index_stale", f"{leaf} in a leaf index of shard {shard.name}")
-            broken_nodes.add(leaf)
+                broken.append(prefix_hash)
+            for value in node.objects.values():
+                stored = decode_object(value)
+                if stored is not None:
+                    used += stored.size
+                    objects += 1
+        report.objects += objects
+        stale_leaves = (set(shard.leaves) | set(shard.soft_leaves)) - set(shard.nodes)
+        for gone in sorted(stale_leaves):
+            report.add("leaf_index_stale", f"{gone} indexed as a leaf, no such node")
+        counted = (int(shard.stats.get("used_bytes", 0)), int(shard.stats.get("objects", 0)),
+                   int(shard.stats.get("nodes", 0)))
+        stats_wrong = counted != (used, objects, len(shard.nodes))
+        if stats_wrong:
+            report.add("shard_stats", f"shard {shard.name} (used_bytes, objects, nodes) "
+                                      f"{counted} != {(used, objects, len(shard.nodes))}")
         if self.repair:
-            self._repair_shard(shard, index_broken, broken_nodes)
+            self._repair_nodes(shard.name, broken)
+            if stats_wrong or stale_leaves:
+                self._recount(shard)
 
-    def _check_node(self, shard: _Shard, prefix_hash: str, node: _Node) -> bool:
-        """Local invariants of one node; True if any is broken."""
+    def _check_node(self, shard: _Shard, prefix_hash: str, node: NodeFields) -> bool:
+        """A node's own invariants; True if any is broken."""
         report, before = self.report, len(self.report.problems)
-        if not node.fields:
-            report.add("node_index_stale", f"{prefix_hash} listed in shard {shard.name}, no node")
-            return True
-        if not node.keys and not node.children:
-            report.add("empty_node", f"{prefix_hash} has no keys and no children")
-        present = {}
-        for key, score in node.keys.items():
-            info = shard.infos.get(key) or {}
-            if not info:
-                report.add("registered_key_missing", f"{key} under {prefix_hash}")
-            elif info["prefix"] != prefix_hash:
-                report.add("registered_key_wrong_node", f"{key} under {prefix_hash}")
+        release = self.ctx.settings.put_start_release_timeout_ms
+        expected = Counter[str]()
+        latest_lease = 0
+        processing_starts = []
+        for suffix, value in node.objects.items():
+            stored = decode_object(value)
+            if stored is None:
+                report.add("object_format", f"{prefix_hash}{suffix}: unreadable value {value!r}")
+                continue
+            expected["no"] += 1
+            expected["b"] += stored.size
+            expected["ns"] += stored.pins & 1
+            expected["nh"] += stored.pins >> 1
+            if stored.complete:
+                latest_lease = max(latest_lease, stored.time_ms)
             else:
-                present[key] = info
-                if score != _score(info):
-                    report.add("registered_key_score", f"{key}: {score} != {_score(info)}")
-        counters = {"key_count": len(node.keys),
-                    "bytes": sum(int(i["size"]) for i in present.values()),
-                    "processing": sum(1 for i in present.values() if i["state"] != "complete"),
-                    "soft_pins": sum(1 for i in present.values() if i["soft_pin"] == "1")}
-        for name, expected in counters.items():
-            if int(node.fields.get(name, 0)) != expected:
-                report.add("node_counter", f"{prefix_hash} {name}={node.fields.get(name)} "
-                                           f"!= {expected}")
-        in_leaves = shard.leaves.get(prefix_hash), shard.soft_leaves.get(prefix_hash)
-        expected_leaf: tuple[float | None, float | None] = (None, None)
-        if present and not node.children:
-            score = max(_score(i) for i in present.values())
-            expected_leaf = (None, score) if counters["soft_pins"] else (score, None)
-        if in_leaves != expected_leaf:
-            report.add("leaf_index", f"{prefix_hash}: (leaves, soft_leaves) {in_leaves} "
-                                     f"!= {expected_leaf}")
+                expected["np"] += 1
+                processing_starts.append(stored.time_ms)
+                if stored.time_ms + release <= self.now:
+                    self.report.zombies += 1
+        expected["nc"] = len(node.children)
+        expected["lm"] = latest_lease
+        if processing_starts:
+            expected["ps"] = max(processing_starts)
+            expected["psn"] = processing_starts.count(expected["ps"])
+        for name in ("nc", "no", "np", "ps", "psn", "nh", "ns", "b", "lm"):
+            if node.counter(name) != expected[name]:
+                report.add("node_counter", f"{prefix_hash} {name}={node.counter(name)} != "
+                                           f"{expected[name]}")
+        if not expected["no"] and not expected["nc"]:
+            report.add("empty_node", f"{prefix_hash} has no objects and no children")
+        want: tuple[float | None, float | None] = (None, None)
+        if expected["no"] and not expected["nc"]:
+            score = math.inf if expected["nh"] else float(max(
+                latest_lease, max(processing_starts, default=0) + release
+                if processing_starts else 0))
+            want = (None, score) if expected["ns"] else (score, None)
+        have = (shard.leaves.get(prefix_hash), shard.soft_leaves.get(prefix_hash))
+        if have != want:
+            report.add("leaf_index", f"{prefix_hash}: (leaves, soft_leaves) {have} != {want}")
         return len(report.problems) > before
 
     def check_links(self, group: list[_Shard]) -> None:
-        """Each node's parent exists and lists it; each listed child exists under it."""
-        nodes = {h: n for shard in group for h, n in shard.nodes.items() if n.fields}
-        up = [(h, n.fields["parent"]) for h, n in nodes.items() if n.fields.get("parent")]
-        down = [(c, h) for h, n in nodes.items() for c in sorted(n.children)]
-        batch = self.index.batch()
+        """Invariant S (a node's parent exists and lists it), its converse (a listed child
+        exists and names the node), and that a link's two epochs agree (else a later
+        deletion would leave the parent's field behind), unless a pending entry covers it."""
+        nodes = {h: n for shard in group for h, n in shard.nodes.items()}
+        pending = set().union(*(shard.pending for shard in group))
+        up = [(h, n.attributes["p"]) for h, n in nodes.items() if n.attributes.get("p")]
+        down = [(c, h, e) for h, n in nodes.items() for c, e in sorted(n.children.items())]
+        batch = self.ctx.batch()
         for child, parent in up:
-            keys = self.schema.node_keys(parent)
-            batch.command("EXISTS", keys.node)
-            batch.command("SISMEMBER", keys.children, child)
-        for child, _ in down:
-            batch.command("HMGET", self.schema.node_keys(child).node, "parent", "created_ms")
-        results = batch.execute()
-        relink: list[Link] = []
-        unlink: list[Link] = []
-        for (child, parent), exists, listed in zip(up, results[0:2 * len(up):2],
-                                                   results[1:2 * len(up):2]):
-            if not int(exists):
-                self.report.add("parent_missing", f"{child} names parent {parent}, absent")
-                relink.append((child, parent))
-            elif not int(listed):
-                self.report.add("parent_does_not_list_child", f"{parent} lacks child {child}")
-                relink.append((child, parent))
-        for (child, parent), (child_parent, created) in zip(down, results[2 * len(up):]):
-            if created is None:
-                self.report.add("dangling_child", f"{parent} lists {child}, which is absent")
-                unlink.append((child, parent))
-            elif child_parent not in (None, parent):
-                self.report.add("child_of_other_parent",
-                                f"{parent} lists {child} of {child_parent}")
-                unlink.append((child, parent))
+            batch.command("HGET", self.ctx.schema.node(parent), child_field(child))
+        for child, _, _ in down:
+            batch.command("HMGET", self.ctx.schema.node(child), "p", "pe")
+        replies = batch.execute()
+        relink: list[tuple[str, str, int]] = []
+        settle: list[Intent] = []
+        for (child, parent), listed in zip(up, replies[:len(up)]):
+            if listed is None:
+                self.report.add("parent_does_not_list_child",
+                                f"{child} names parent {parent}, which does not list it")
+                relink.append((child, parent, nodes[child].counter("pe")))
+        for (child, parent, epoch), (named, child_epoch) in zip(down, replies[len(up):]):
+            covered = pending_member(parent, child, epoch) in pending
+            if named != parent:
+                if not covered:
+                    self.report.add("dangling_child", f"{parent} lists {child}, which "
+                                    f"{'is absent' if named is None else 'names ' + named}")
+                    settle.append((parent, child, str(epoch)))
+            elif int(child_epoch or 0) != epoch and not covered:
+                self.report.add("link_epoch", f"{parent} lists {child} at epoch {epoch}, the "
+                                              f"child names it at {child_epoch}")
+                settle.append((parent, child, str(epoch)))
         if self.repair:
-            self._repair_links(relink, unlink)
+            self._repair_links(relink, settle)
 
-    def check_usage(self) -> None:
-        seen = self.client.get(self.schema.usage)
-        if int(seen or 0) == self.shard_used:
-            return
-        self.report.add("usage_counter", f"{self.schema.usage}={seen} != sum of sizes "
-                                         f"{self.shard_used}")
-        if self.repair:
-            (done,) = self._run(lambda b: self.index.scripts.set_usage(b, seen, self.shard_used))
-            if int(done):
-                self.report.repaired["usage_counter"] += 1
+    def check_cycles(self, parents: dict[str, str | None]) -> None:
+        on_cycle: dict[str, str] = {}
+        state: dict[str, int] = {}
+        for start in parents:
+            path = []
+            cursor: str | None = start
+            while cursor is not None and cursor in parents and cursor not in state:
+                state[cursor] = 1
+                path.append(cursor)
+                cursor = parents[cursor]
+            if cursor is not None and state.get(cursor) == 1:
+                self.report.add("cycle", f"cycle through {cursor}")
+                on_cycle[cursor] = parents[cursor]  # type: ignore[assignment]
+            for node in path:
+                state[node] = 2
+        if self.repair and on_cycle:
+            batch = self.ctx.batch()
+            for child in on_cycle:
+                batch.command("HGET", self.ctx.schema.node(child), "pe")
+            epochs = batch.execute()
+            links = {child: (parent, epoch or "0")
+                     for (child, parent), epoch in zip(on_cycle.items(), epochs)}
+            self.report.repaired["cycle"] += break_cycles(self.ctx, links, self.report.resolver)
 
     # -- repairs -------------------------------------------------------------------------
 
-    def _repair_shard(self, shard: _Shard, index_broken: bool, broken_nodes: set[str]) -> None:
-        scripts = self.index.scripts
-        if index_broken:
-            pairs = [(key, self.index.prefix_of(key)) for key in shard.objects]
-            (result,) = self._run(lambda b: scripts.recount_shard(b, shard.name, pairs))
-            if not isinstance(result, MooncakeRedisError) and result[0] == "recounted":
-                self.report.repaired["shard_index"] += 1
-        unregistered = [(key, info["prefix"]) for key, info in shard.infos.items()
-                        if info and info["prefix"] in broken_nodes
-                        and key not in shard.nodes.get(info["prefix"], _Node({}, set(), {})).keys]
-        if unregistered and self.index.config.enable_radix_tree:
-            for key, prefix_hash in unregistered:
-                self.index.register_radix_tree_node(prefix_hash, None, [key])
-            self.report.repaired["object_unregistered"] += len(unregistered)
-        emptied: list[Link] = []
-        for prefix_hash in sorted(broken_nodes):
-            registered = self.client.zrange(self.schema.node_keys(prefix_hash).keys, 0, -1)
-            (result,) = self._run(
-                lambda b: scripts.recompute_node(b, prefix_hash, registered))  # noqa: B023
-            if isinstance(result, MooncakeRedisError) or result[0] == "changed":
-                continue
-            self.report.repaired["node"] += 1
-            if result[0] == "deleted" and result[1]:
-                emptied.append((prefix_hash, result[1]))
-        self.index.links.cascade(emptied)
+    def _repair_nodes(self, shard: str, broken: list[str]) -> None:
+        if not broken:
+            return
+        batch = self.ctx.batch()
+        for prefix_hash in broken:
+            call = self.ctx.shard_call("repair_node", shard, prefix_hash)
+            call.node(prefix_hash)
+            call.queue(batch)
+        intents: list[Intent] = []
+        for reply in batch.execute():
+            if isinstance(reply, MooncakeRedisError):
+                raise reply
+            if reply[0] == "repaired":
+                self.report.repaired["node"] += 1
+                intents += triples(reply[1])
+        cascade(self.ctx, intents)
 
-    def _repair_links(self, relink: Iterable[Link], unlink: Iterable[Link]) -> None:
-        relink, unlink = list(relink), list(unlink)
-        batch = self.index.batch()
-        self.index.links.queue_links(batch, relink)
-        batch.execute()
-        self.report.repaired["link"] += len(relink)
-        if unlink:
-            # unlink_child drops the reference and settles the parent (deleting it if empty,
-            # then cascading) exactly as a deletion would.
-            self.index.links.cascade(unlink)
-            self.report.repaired["dangling_child"] += len(unlink)
+    def _recount(self, shard: _Shard) -> None:
+        call = self.ctx.shard_call("recount_shard", shard.name, shard.writes)
+        for prefix_hash in sorted(shard.nodes):
+            call.node(prefix_hash)
+            call.args.append(prefix_hash)
+        batch = self.ctx.batch()
+        call.queue(batch)
+        (reply,) = batch.execute()
+        if isinstance(reply, MooncakeRedisError):
+            raise reply
+        if reply[0] == "recounted":
+            self.report.repaired["shard_stats"] += 1
+        else:
+            self.report.add("shard_busy", f"shard {shard.name} changed while fsck read it; its "
+                                          "stats were not recounted: run fsck again")
 
-
-def _score(info: dict[str, str]) -> float:
-    if info["state"] != "complete" or info["hard_pin"] == "1":
-        return INF
-    return float(info["lease_ms"])
-
-
-def _check_cycles(report: FsckReport, parents: dict[str, str | None]) -> None:
-    state: dict[str, int] = {}
-    for start in parents:
-        path = []
-        cursor: str | None = start
-        while cursor is not None and cursor in parents and cursor not in state:
-            state[cursor] = 1
-            path.append(cursor)
-            cursor = parents[cursor]
-        if cursor is not None and state.get(cursor) == 1:
-            report.add("cycle", f"cycle through {cursor}")
-        for node in path:
-            state[node] = 2
-
+    def _repair_links(self, relink: list[tuple[str, str, int]], settle: list[Intent]) -> None:
+        if relink:
+            links = self.ctx.calls("link", "fsck")
+            for child, parent, epoch in relink:
+                call = links.add(self.ctx.shard(parent), None)
+                call.item(call.node(parent), parent, child, epoch)
+            batch = self.ctx.batch()
+            links.queue(batch)
+            for reply in batch.execute():
+                if isinstance(reply, MooncakeRedisError):
+                    raise reply
+            self.report.repaired["link"] += len(relink)
+            # the pending entries the link step wrote are settled (kept) right away
+            resolve_links(self.ctx, [(p, c, str(e)) for c, p, e in relink],
+                          self.report.resolver)
+        if settle:
+            resolve_links(self.ctx, settle, self.report.resolver)
+            self.report.repaired["dangling_link"] += len(settle)

@@ -1,24 +1,26 @@
 """Every Redis key name mooncake-redis uses is built here and nowhere else.
 
-The schema is a contract that redis-cli users read (tests/test_keys.py pins it):
+The schema (v2) is a contract that redis-cli users read; tests/test_keys.py pins it:
 
-    <ns>:{<shard>}:obj:<key>        HASH  size, state, lease_ms, soft_pin, hard_pin,
-                                          created_ms, prefix
-    <ns>:{<shard>}:node:<hash>      HASH  parent (absent = unknown), key_count, bytes,
-                                          processing, soft_pins, created_ms
-    <ns>:{<shard>}:children:<hash>  SET   child prefix hashes
-    <ns>:{<shard>}:keys:<hash>      ZSET  registered object key -> eviction score
-    <ns>:{<shard>}:leaves           ZSET  leaf node hash -> eviction score (no soft-pinned key)
-    <ns>:{<shard>}:soft_leaves      ZSET  leaf node hash -> eviction score (some key soft-pinned)
-    <ns>:{<shard>}:objects          ZSET  object key -> eviction score (lease-ordered fallback)
-    <ns>:{<shard>}:stats            HASH  used_bytes, objects
-    <ns>:{<shard>}:nodes            SET   every node hash of the shard (fsck reads it, no SCAN)
-    <ns>:config                     HASH  configuration shared by every client
-    <ns>:usage                      STRING bytes reserved against capacity (admission)
-    <ns>:eviction_lock              STRING token of the one eviction job running (expires)
-    <ns>:eviction_requested         STRING set while an eviction job is queued (expires)
+    <ns>:{<shard>}:n:<hash>      HASH    one radix tree node and its objects:
+                                         p, pe          parent hash, epoch of that link
+                                         <child hash>   a child -> that link's epoch (64-hex
+                                                        children; other names as c:<name>)
+                                         o:<suffix>     an object (key = hash + suffix) ->
+                                                        packed metadata (see values.py)
+                                         nc no np ps psn nh ns b lm lb   counters (values.py)
+    <ns>:{<shard>}:leaves        ZSET    leaf node -> eviction score (no soft-pinned object)
+    <ns>:{<shard>}:soft_leaves   ZSET    leaf node -> eviction score (some object soft-pinned)
+    <ns>:{<shard>}:pending       ZSET    "<parent>|<child>|<epoch>" links not yet confirmed -> ms
+    <ns>:{<shard>}:fences        ZSET    child hash -> highest fenced link epoch (expire by score)
+    <ns>:{<shard>}:outbox        ZSET    "<child>|<parent>|<epoch>" unlinks still to do -> ms
+    <ns>:{<shard>}:stats         HASH    used_bytes, objects, nodes, writes, limit
+    <ns>:{<shard>}:events        STREAM  stored / removed / evicted, capped
+    <ns>:settings                HASH    namespace settings (settings.py)
+    <ns>:eviction_lock           STRING  token of the one eviction job running (expires)
+    <ns>:eviction_requested      STRING  set while an eviction job is queued (expires)
 
-`{<shard>}` is a Redis Cluster hash tag, so an object, its node and the node's sets
+`{<shard>}` is a Redis Cluster hash tag, so a node, its objects and its shard's indexes
 share one slot and one script can update them atomically.
 """
 
@@ -32,25 +34,25 @@ from .prefix import shard_of
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
-
-@dataclass(frozen=True)
-class NodeKeys:
-    """The three keys of one radix tree node."""
-
-    node: str
-    children: str
-    keys: str
+SHARD_KEY_NAMES = ("leaves", "soft_leaves", "stats", "pending", "fences", "outbox", "events")
+"""The per-shard keys, in the order every shard script receives them as KEYS[1..7]."""
 
 
 @dataclass(frozen=True)
 class ShardKeys:
-    """The per-shard indexes every shard has once."""
+    """The keys every shard has once."""
 
     leaves: str
     soft_leaves: str
-    objects: str
     stats: str
-    nodes: str
+    pending: str
+    fences: str
+    outbox: str
+    events: str
+
+    def as_list(self) -> list[str]:
+        return [self.leaves, self.soft_leaves, self.stats, self.pending, self.fences,
+                self.outbox, self.events]
 
 
 class KeySchema:
@@ -62,34 +64,34 @@ class KeySchema:
                 f"namespace {namespace!r} must be 1-64 characters of letters, digits, '_', '.', '-'"
             )
         self.namespace = namespace
+        self._shards: dict[str, ShardKeys] = {}
 
     def tag(self, shard: str) -> str:
         return f"{self.namespace}:{{{shard}}}"
 
     def shard_keys(self, shard: str) -> ShardKeys:
-        tag = self.tag(shard)
-        return ShardKeys(leaves=f"{tag}:leaves", soft_leaves=f"{tag}:soft_leaves",
-                         objects=f"{tag}:objects", stats=f"{tag}:stats", nodes=f"{tag}:nodes")
+        keys = self._shards.get(shard)
+        if keys is None:
+            tag = self.tag(shard)
+            keys = ShardKeys(*(f"{tag}:{name}" for name in SHARD_KEY_NAMES))
+            self._shards[shard] = keys
+        return keys
 
-    def node_keys(self, prefix_hash: str) -> NodeKeys:
-        tag = self.tag(shard_of(prefix_hash))
-        return NodeKeys(
-            node=f"{tag}:node:{prefix_hash}",
-            children=f"{tag}:children:{prefix_hash}",
-            keys=f"{tag}:keys:{prefix_hash}",
-        )
+    def node(self, prefix_hash: str) -> str:
+        """The node hash of a prefix: it holds the node and every object of the prefix."""
+        return f"{self.namespace}:{{{shard_of(prefix_hash)}}}:n:{prefix_hash}"
 
-    def object_key(self, key: str, prefix_hash: str) -> str:
-        """An object lives in the shard of its prefix, beside its node."""
-        return f"{self.tag(shard_of(prefix_hash))}:obj:{key}"
+    def node_prefix(self, shard: str) -> str:
+        """What every node key of a shard starts with (for SCAN MATCH)."""
+        return f"{self.tag(shard)}:n:"
+
+    def node_pattern(self) -> str:
+        """A glob matching every node key of the namespace."""
+        return f"{self.namespace}:{{??}}:n:*"
 
     @property
-    def config(self) -> str:
-        return f"{self.namespace}:config"
-
-    @property
-    def usage(self) -> str:
-        return f"{self.namespace}:usage"
+    def settings(self) -> str:
+        return f"{self.namespace}:settings"
 
     @property
     def eviction_lock(self) -> str:
@@ -102,3 +104,7 @@ class KeySchema:
     def pattern(self) -> str:
         """A glob that matches every key of the namespace (for ACLs and redis-cli --scan)."""
         return f"{self.namespace}:*"
+
+    def hash_of_node_key(self, key: str) -> str:
+        """The prefix hash a node key names (the inverse of node())."""
+        return key.split(":n:", 1)[1]

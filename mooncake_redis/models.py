@@ -3,6 +3,37 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from .errors import MooncakeRedisError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Result(Generic[T]):
+    """One item's outcome in a batch call: its value, or the error that refused it (that
+    item wrote nothing; the other items stand on their own)."""
+
+    key: str
+    """The object key (or, for node registrations, the prefix hash) of the item."""
+    value: T | None = None
+    error: MooncakeRedisError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def unwrap(self) -> T | None:
+        """The value, or raise the item's error."""
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def raise_first(results: list[Result[T]]) -> None:
+    for result in results:
+        result.unwrap()
 
 
 @dataclass(frozen=True)
@@ -10,37 +41,42 @@ class ObjectInfo:
     """An object's metadata as the store keeps it."""
 
     key: str
+    prefix_hash: str
     size: int
     state: str
     """"processing" between put_start and put_end, then "complete"."""
     lease_ms: int
-    """Redis time (ms) until which the object is held against eviction and removal."""
+    """Redis time (ms) until which the object is held against eviction and removal
+    (0 while processing)."""
+    started_ms: int | None
+    """When put_start ran (Redis ms), while processing; None once complete."""
     soft_pin: bool
     hard_pin: bool
-    created_ms: int
-    prefix_hash: str
+    token: str
+    """The writer token of the put_start that made it."""
 
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """A radix tree node: one prefix hash, its parent, children and registered keys."""
+    """A radix tree node: one prefix hash, its parent, children and objects."""
 
     prefix_hash: str
     parent: str | None
     """None while the parent is unknown (a root, or a node registered without one)."""
+    parent_epoch: int | None
     children: list[str]
     keys: list[str]
     bytes: int
     processing: int
-    """How many of its keys are still processing."""
+    """How many of its objects are still processing."""
     soft_pins: int
-    """How many of its keys are soft-pinned (such a leaf waits for eviction's second pass)."""
+    hard_pins: int
     eviction_score: float | None
     """The node's score in its shard's leaf index (ms; inf = not evictable), None if not a leaf."""
 
     @property
     def is_shell(self) -> bool:
-        """A node with no registered keys, kept only because it has children."""
+        """A node with no objects, kept only because it has children."""
         return not self.keys
 
     @property
@@ -50,7 +86,7 @@ class NodeInfo:
 
 @dataclass(frozen=True)
 class Usage:
-    """How full the namespace is."""
+    """How full the namespace is: sums of the shards' exact counters."""
 
     used_bytes: int
     capacity_bytes: int

@@ -1,21 +1,28 @@
-"""The prefix rule (object key -> prefix hash) and the shard rule (prefix hash -> shard)."""
+"""The prefix rule (object key -> prefix hash) and the shard rule (prefix hash -> shard).
+
+Extractors are chosen by NAME: the ones shipped here, or ones a program registers in its
+own process with register_extractor. A name read from Redis is only ever looked up in
+this registry; nothing read from Redis is imported or called.
+"""
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import blake3
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, InvalidArgument
 
 PREFIX_HASH_LENGTH = 64
 SHARD_COUNT = 256
+ALL_SHARDS = tuple(f"{i:02x}" for i in range(SHARD_COUNT))
 
 PrefixExtractor = Callable[[str], str]
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_TAGGED = re.compile(r"([^:/|{}\s]{1,64}[:/])([0-9a-f]{64})")
 
 
 def rfc_prefix(key: str) -> str:
@@ -30,36 +37,85 @@ def rfc_prefix(key: str) -> str:
     return key
 
 
+def tagged_prefix(key: str) -> str:
+    """For engines that put a model or tenant tag in front of the hash:
+    `<tag>:<hash>...` or `<tag>/<hash>...` (tag of 1-64 characters). The prefix is the tag
+    with the 64-hex hash, so equal hashes of different models stay apart; keys without a
+    tag follow the RFC rule."""
+    match = _TAGGED.match(key)
+    if match is None or (len(key) > match.end() and key[match.end()] != "_"):
+        return rfc_prefix(key)
+    return match.group(0)
+
+
+def is_tagged_digest(text: str) -> bool:
+    match = _TAGGED.fullmatch(text)
+    return match is not None
+
+
+@dataclass(frozen=True)
+class Extractor:
+    """A named prefix rule: key -> prefix hash, and which texts are well-formed hashes
+    (what a caller may pass as a parent or node hash)."""
+
+    name: str
+    prefix: PrefixExtractor
+    is_hash: Callable[[str], bool]
+    hash_form: str
+    """How a well-formed hash looks, for error messages."""
+
+
+_EXTRACTORS: dict[str, Extractor] = {
+    "rfc": Extractor("rfc", rfc_prefix, lambda text: _HEX64.fullmatch(text) is not None,
+                     "64 lower-case hex digits"),
+    "tagged": Extractor("tagged", tagged_prefix, is_tagged_digest,
+                        "<tag>:<64 lower-case hex> or <tag>/<64 lower-case hex>"),
+}
+SHIPPED_EXTRACTORS = tuple(_EXTRACTORS)
+
+
+def register_extractor(name: str, extractor: PrefixExtractor,
+                       is_hash: Callable[[str], bool] | None = None) -> None:
+    """Make an extractor available BY NAME in this process (settings store only names).
+    It must map an object key to a prefix of that key; is_hash (default: the extractor
+    maps the text to itself) says which texts callers may pass as hashes."""
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_.-]{0,63}", name):
+        raise ConfigurationError(f"extractor name {name!r} must be 1-64 characters of a-z, "
+                                 "0-9, '_', '.', '-', starting with a letter")
+    if name in SHIPPED_EXTRACTORS:
+        raise ConfigurationError(f"{name!r} is a shipped extractor; pick another name")
+    if not callable(extractor):
+        raise ConfigurationError(f"extractor {name!r} is not callable")
+    check = is_hash or (lambda text: extractor(text) == text)
+    _EXTRACTORS[name] = Extractor(name, extractor, check, f"a hash of the {name!r} rule")
+
+
+def extractor_named(name: str) -> Extractor:
+    try:
+        return _EXTRACTORS[name]
+    except KeyError:
+        raise ConfigurationError(
+            f"prefix_extractor {name!r} is not known in this process: shipped ones are "
+            f"{', '.join(SHIPPED_EXTRACTORS)}; others must be registered with "
+            "mooncake_redis.register_extractor before opening the index") from None
+
+
+def is_digest(prefix_hash: str) -> bool:
+    return _HEX64.fullmatch(prefix_hash) is not None
+
+
 def shard_of(prefix_hash: str) -> str:
     """Two lowercase hex digits: the hash's own first two when it is a 64-hex digest
     (uniform already), else the first two of blake3(prefix_hash)."""
-    if _HEX64.fullmatch(prefix_hash):
+    if len(prefix_hash) == PREFIX_HASH_LENGTH and _HEX64.fullmatch(prefix_hash):
         return prefix_hash[:2]
     return blake3.blake3(prefix_hash.encode()).hexdigest()[:2]
 
 
-def all_shards() -> list[str]:
-    return [f"{i:02x}" for i in range(SHARD_COUNT)]
-
-
-BUILTIN_EXTRACTORS: dict[str, PrefixExtractor] = {"rfc": rfc_prefix}
-
-
-def load_extractor(spec: str) -> PrefixExtractor:
-    """`rfc` (the default), or `package.module:function` for engines that put a model or
-    tag in front of the hash. The function maps an object key to its prefix hash."""
-    if spec in BUILTIN_EXTRACTORS:
-        return BUILTIN_EXTRACTORS[spec]
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ConfigurationError(
-            f"prefix_extractor {spec!r} is neither a built-in ({', '.join(BUILTIN_EXTRACTORS)}) "
-            "nor 'package.module:function'"
-        )
-    try:
-        extractor = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as error:
-        raise ConfigurationError(f"cannot load prefix_extractor {spec!r}: {error}") from error
-    if not callable(extractor):
-        raise ConfigurationError(f"prefix_extractor {spec!r} is not callable")
-    return extractor
+def split_key(extractor: PrefixExtractor, key: str) -> tuple[str, str]:
+    """(prefix hash, suffix) of an object key; the suffix names the object in its node."""
+    prefix_hash = extractor(key)
+    if not isinstance(prefix_hash, str) or not prefix_hash or not key.startswith(prefix_hash):
+        raise InvalidArgument(f"the prefix extractor mapped key {key!r} to {prefix_hash!r}, "
+                              "which is not a non-empty prefix of the key", key=key)
+    return prefix_hash, key[len(prefix_hash):]

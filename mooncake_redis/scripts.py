@@ -1,37 +1,36 @@
-"""The Lua scripts of lua/ and one typed wrapper per script.
+"""The Lua scripts of lua/ and the one way to build a call of a shard script.
 
-Each wrapper is the only place that knows its script's KEYS and ARGV layout; it builds
-the keys through KeySchema and queues the call on a Batch. Every wrapper passes keys of
-one shard tag only (Batch refuses anything else), which is what lets the same scripts
-run on Redis Cluster.
+Every shard script takes the shard's keys as KEYS[1..7], then node keys, and ARGV starts
+with the common header (lua/_lib.lua); each module that drives a script builds its items
+through ShardCall, which keeps the node keys of one call unique and of one shard tag.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
+from typing import Any, Generic, TypeVar
 
-from .batch import Batch, LuaScript
+from .executor import Batch, LuaScript
 from .keys import KeySchema
-from .prefix import shard_of
+
+T = TypeVar("T")
 
 LIBRARY = "_lib"
-SCRIPT_NAMES = (
-    "reserve_bytes",
-    "put_start",
-    "put_end",
-    "grant_lease",
-    "delete_objects",
-    "evict_leaves",
-    "link_child",
-    "unlink_child",
-    "register_node",
-    "lock_token",
-    "recompute_node",
-    "recount_shard",
-    "set_usage",
+SHARD_SCRIPTS = (
+    "link", "put_start", "register", "put_end", "grant_lease", "delete", "evict", "unlink",
+    "resolve", "repair_node", "recount_shard",
 )
+OTHER_SCRIPTS = ("lock_token",)
+SCRIPT_NAMES = SHARD_SCRIPTS + OTHER_SCRIPTS
+
+RETRY_SAFE = frozenset({"link", "put_start", "register", "put_end", "grant_lease", "unlink",
+                        "resolve", "lock_token"})
+"""Scripts whose second run leaves the same state and gives an answer the caller accepts:
+link and unlink compare epochs, put_start/put_end/register recognise the writer's token,
+a lease only grows, resolve re-checks. delete, evict and the repairs are not: a second
+run answers differently (NOT_FOUND, skipped), so a lost reply raises OutcomeUnknown."""
 
 
 def read_lua(name: str) -> str:
@@ -43,122 +42,86 @@ def build_script(name: str) -> LuaScript:
     return LuaScript(name, source, hashlib.sha1(source.encode()).hexdigest())
 
 
-def _flag(value: bool) -> str:
-    return "1" if value else "0"
-
-
 class Scripts:
-    """Typed wrappers: each queues one script call on a Batch and returns its position.
+    """Every script, loaded once per process and called by EVALSHA."""
 
-    Each wrapper also says whether its call is retry_safe (run twice = run once, with an
-    answer the caller accepts), which decides whether Redis Cluster retries may re-send it
-    after a lost reply: link_child, unlink_child, register_node, grant_lease, lock_token
-    and every dry run are; put_start, put_end, reserve_bytes, delete_objects and
-    evict_leaves are not (a second run answers differently or counts twice).
-    """
-
-    def __init__(self, schema: KeySchema):
-        self.schema = schema
+    def __init__(self) -> None:
         self.all = [build_script(name) for name in SCRIPT_NAMES]
-        self._by_name = {script.name: script for script in self.all}
+        self.by_name = {script.name: script for script in self.all}
 
-    def _node_keys(self, prefix_hash: str, *, with_keys: bool = True) -> list[str]:
-        """node, children, [keys,] leaves, soft_leaves, nodes of the node's shard."""
-        node = self.schema.node_keys(prefix_hash)
-        shard = self.schema.shard_keys(shard_of(prefix_hash))
-        middle = [node.keys] if with_keys else []
-        return [node.node, node.children, *middle, shard.leaves, shard.soft_leaves, shard.nodes]
+    def __getitem__(self, name: str) -> LuaScript:
+        return self.by_name[name]
 
-    def _object_keys(self, key: str, prefix_hash: str) -> list[str]:
-        """obj, node, children, keys, leaves, soft_leaves, objects, stats, nodes."""
-        node = self.schema.node_keys(prefix_hash)
-        shard = self.schema.shard_keys(shard_of(prefix_hash))
-        return [self.schema.object_key(key, prefix_hash), node.node, node.children, node.keys,
-                shard.leaves, shard.soft_leaves, shard.objects, shard.stats, shard.nodes]
 
-    def _shard_head(self, shard: str) -> list[str]:
-        keys = self.schema.shard_keys(shard)
-        return [keys.leaves, keys.soft_leaves, keys.objects, keys.stats, keys.nodes]
+class ShardCall:
+    """One call of a shard script: the shard's keys, each node key once, the common
+    header, the script's own arguments and its items."""
 
-    def reserve_bytes(self, batch: Batch, size: int, capacity: int) -> int:
-        return batch.call(self._by_name["reserve_bytes"], [self.schema.usage], [size, capacity])
+    def __init__(self, script: LuaScript, schema: KeySchema, shard: str,
+                 header: Sequence[Any], *script_args: Any):
+        self.script = script
+        self.schema = schema
+        self.keys = schema.shard_keys(shard).as_list()
+        self.args: list[Any] = [*header, *script_args]
+        self.items = 0
+        self._node_index: dict[str, int] = {}
 
-    def lock_token(self, batch: Batch, lock_key: str, operation: str, token: str,
-                   ttl_ms: int = 0) -> int:
-        return batch.call(self._by_name["lock_token"], [lock_key], [operation, token, ttl_ms],
-                          retry_safe=True)
+    def node(self, prefix_hash: str) -> int:
+        """KEYS index (1-based, as Lua counts) of the prefix's node key."""
+        index = self._node_index.get(prefix_hash)
+        if index is None:
+            self.keys.append(self.schema.node(prefix_hash))
+            index = self._node_index[prefix_hash] = len(self.keys)
+        return index
 
-    def put_start(self, batch: Batch, key: str, prefix_hash: str, size: int, parent: str | None,
-                  soft_pin: bool, hard_pin: bool, register: bool, dry_run: bool) -> int:
-        args = [key, prefix_hash, size, parent or "", _flag(soft_pin), _flag(hard_pin),
-                _flag(register), _flag(dry_run)]
-        return batch.call(self._by_name["put_start"], self._object_keys(key, prefix_hash), args,
-                          read_only=dry_run)  # run twice, a put answers ALREADY_EXISTS
+    def item(self, *args: Any) -> None:
+        self.args.extend(args)
+        self.items += 1
 
-    def put_end(self, batch: Batch, key: str, prefix_hash: str) -> int:
-        return batch.call(self._by_name["put_end"], self._object_keys(key, prefix_hash),
-                          [key, prefix_hash])
+    def queue(self, batch: Batch, read_only: bool = False) -> int:
+        return batch.call(self.script, self.keys, self.args,
+                          retry_safe=self.script.name in RETRY_SAFE, read_only=read_only)
 
-    def grant_lease(self, batch: Batch, key: str, prefix_hash: str, ttl_ms: int) -> int:
-        return batch.call(self._by_name["grant_lease"], self._object_keys(key, prefix_hash),
-                          [key, prefix_hash, ttl_ms], retry_safe=True)
 
-    def delete_objects(self, batch: Batch, shard: str, mode: str,
-                       objects: Sequence[tuple[str, str]], soft_pins_allowed: bool = False,
-                       path_breaking: bool = False) -> int:
-        """objects: (key, prefix hash) pairs, all of `shard`."""
-        keys = self._shard_head(shard)
-        args: list[str] = [mode, _flag(soft_pins_allowed), _flag(path_breaking)]
-        for key, prefix_hash in objects:
-            node = self.schema.node_keys(prefix_hash)
-            keys += [self.schema.object_key(key, prefix_hash), node.node, node.children, node.keys]
-            args += [key, prefix_hash]
-        return batch.call(self._by_name["delete_objects"], keys, args)
+class ShardCalls(Generic[T]):
+    """Calls of one script, one per shard, each remembering what its items stand for (the
+    tags), so replies can be read back item by item."""
 
-    def evict_leaves(self, batch: Batch, shard: str, leaves: Sequence[tuple[str, Sequence[str]]],
-                     soft_pins_allowed: bool) -> int:
-        """leaves: (prefix hash, the keys the caller saw registered under it), all of `shard`."""
-        keys = self._shard_head(shard)
-        args: list[str | int] = [_flag(soft_pins_allowed)]
-        for prefix_hash, object_keys in leaves:
-            node = self.schema.node_keys(prefix_hash)
-            keys += [node.node, node.children, node.keys]
-            keys += [self.schema.object_key(k, prefix_hash) for k in object_keys]
-            args += [prefix_hash, len(object_keys), *object_keys]
-        return batch.call(self._by_name["evict_leaves"], keys, args)
+    def __init__(self, make: Callable[[str], ShardCall]):
+        self._make = make
+        self._calls: dict[str, ShardCall] = {}
+        self._tags: dict[str, list[T]] = {}
+        self._positions: dict[str, int] = {}
 
-    def link_child(self, batch: Batch, parent: str, child: str) -> int:
-        return batch.call(self._by_name["link_child"], self._node_keys(parent, with_keys=False),
-                          [parent, child], retry_safe=True)
+    def __bool__(self) -> bool:
+        return bool(self._calls)
 
-    def unlink_child(self, batch: Batch, parent: str, child: str) -> int:
-        # Safe to re-run; a re-run after the first deleted the parent answers "not deleted",
-        # so the cascade stops there, leaving a dangling child reference in the grandparent.
-        return batch.call(self._by_name["unlink_child"], self._node_keys(parent), [parent, child],
-                          retry_safe=True)
+    def add(self, shard: str, tag: T) -> ShardCall:
+        """The shard's call, with `tag` noted for the item the caller adds to it next."""
+        call = self._calls.get(shard)
+        if call is None:
+            call = self._calls[shard] = self._make(shard)
+            self._tags[shard] = []
+        self._tags[shard].append(tag)
+        return call
 
-    def register_node(self, batch: Batch, prefix_hash: str, parent: str | None,
-                      keys: Sequence[str], dry_run: bool) -> int:
-        redis_keys = self._node_keys(prefix_hash)
-        redis_keys += [self.schema.object_key(key, prefix_hash) for key in keys]
-        return batch.call(self._by_name["register_node"], redis_keys,
-                          [prefix_hash, parent or "", _flag(dry_run), *keys], retry_safe=True,
-                          read_only=dry_run)
+    def queue(self, batch: Batch, read_only: bool = False) -> None:
+        for shard, call in self._calls.items():
+            self._positions[shard] = call.queue(batch, read_only)
 
-    def recompute_node(self, batch: Batch, prefix_hash: str, registered: Sequence[str]) -> int:
-        """registered: exactly the keys now in the node's key set."""
-        keys = self._node_keys(prefix_hash)
-        keys += [self.schema.object_key(key, prefix_hash) for key in registered]
-        return batch.call(self._by_name["recompute_node"], keys, [prefix_hash, *registered])
+    def replies(self, results: Sequence[Any]) -> Iterator[tuple[list[T], Any]]:
+        """(tags, reply) per call, in queue order."""
+        for shard, position in self._positions.items():
+            yield self._tags[shard], results[position]
 
-    def recount_shard(self, batch: Batch, shard: str,
-                      objects: Sequence[tuple[str, str]]) -> int:
-        """objects: (key, prefix hash) of exactly the members of the shard's object index."""
-        shard_keys = self.schema.shard_keys(shard)
-        keys = [shard_keys.objects, shard_keys.stats]
-        keys += [self.schema.object_key(key, prefix_hash) for key, prefix_hash in objects]
-        return batch.call(self._by_name["recount_shard"], keys, [key for key, _ in objects])
-
-    def set_usage(self, batch: Batch, seen: str | None, corrected: int) -> int:
-        return batch.call(self._by_name["set_usage"], [self.schema.usage],
-                          [seen or "", corrected])
+    def per_item(self, results: Sequence[Any], part: int | None = None
+                 ) -> Iterator[tuple[T, Any]]:
+        """(tag, that item's reply) for scripts that return one reply per item (or, with
+        `part`, a list whose part-th element has one per item). A call refused as a whole
+        gives its error to every item."""
+        for tags, reply in self.replies(results):
+            if isinstance(reply, Exception):
+                items: Sequence[Any] = [reply] * len(tags)
+            else:
+                items = reply if part is None else reply[part]
+            yield from zip(tags, items)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from .errors import InvalidArgument
@@ -27,6 +28,7 @@ def check_text(value: Any, what: str, max_length: int) -> str:
 def check_size(value: Any, max_size: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgument(f"size must be an int, got {type(value).__name__}")
+    value = int(value)  # an int subclass (numpy, IntEnum) becomes a plain int
     if value < 0:
         raise InvalidArgument(f"size must be >= 0, got {value}")
     if value > max_size:
@@ -46,3 +48,24 @@ def check_unique(values: list[str], what: str) -> None:
         if value in seen:
             raise InvalidArgument(f"{what} {value!r} appears twice in one batch")
         seen.add(value)
+
+
+def check_items(items: Any, what: str, arities: tuple[int, ...]) -> list[tuple[Any, ...]]:
+    """A batch's items as tuples of the longest arity (shorter ones padded with None)."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise InvalidArgument(f"a batch must be a list of {what}s, got {type(items).__name__}")
+    longest = max(arities)
+    checked = []
+    for item in items:
+        if isinstance(item, (str, bytes)) or not isinstance(item, (tuple, list)) \
+                or len(item) not in arities:
+            raise InvalidArgument(f"each {what} must be a tuple of {' or '.join(map(str, arities))}"
+                                  f" values, got {item!r:.200}")
+        checked.append(tuple(item) + (None,) * (longest - len(item)))
+    return checked
+
+
+def check_depth(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgument(f"max_depth must be None or an int >= 0, got {value!r}")
+    return value

@@ -1,17 +1,26 @@
-"""RQ eviction jobs: how they are requested (at most one queued per namespace) and run."""
+"""RQ eviction jobs: how they are requested (at most one queued per namespace) and run.
+
+A job carries only the namespace and the target: each process reads the URLs it needs
+(MOONCAKE_REDIS_URL, MOONCAKE_REDIS_QUEUE_URL) from its own environment, so no password
+ever sits in the queue.
+"""
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 from typing import Any
 
 import rq
 
 from mooncake_redis.connection import connect
+from mooncake_redis.context import Context
 from mooncake_redis.errors import ConfigurationError
-from mooncake_redis.index import Index
+from mooncake_redis.eviction import Evictor
+from mooncake_redis.settings import DEFAULT_URL, ENV_PREFIX, ENV_URL
 
 QUEUE_NAME = "mooncake-redis-eviction"
+ENV_QUEUE_URL = ENV_PREFIX + "QUEUE_URL"
 REQUEST_TTL_MS = 10_000
 """A request marker lives this long, so a job lost before it started does not block the
 next request for more than this."""
@@ -20,36 +29,34 @@ JOB_TIMEOUT_S = 600
 
 def eviction_queue(queue_url: str) -> rq.Queue:
     if not queue_url:
-        raise ConfigurationError("queue_url is not set: set it (e.g. MOONCAKE_REDIS_QUEUE_URL="
+        raise ConfigurationError(f"no eviction queue: set {ENV_QUEUE_URL} (e.g. "
                                  "redis://localhost:6379/1) to run eviction in RQ workers")
     return rq.Queue(QUEUE_NAME, connection=connect(queue_url, decode_responses=False))
 
 
-def request_eviction(index: Index, target_ratio: float | None = None,
+def request_eviction(ctx: Context, target_ratio: float | None = None,
                      follow_up: bool = False) -> bool:
-    """Enqueue an eviction job for the namespace unless one is already queued. Called by
-    put_start when refused for space, by the monitor above the watermark, and by a job
-    that stopped at its round limit (follow_up: always enqueued). Returns whether a job
-    was enqueued."""
-    if index.url is None:
-        raise ConfigurationError("this Index was built from a client, not a URL; a worker "
-                                 "could not reach it. Use Index.from_url")
-    marker = index.schema.eviction_requested
-    if not follow_up and not index.client.set(marker, "1", nx=True, px=REQUEST_TTL_MS):
+    """Enqueue an eviction job for the namespace unless one is already queued. Called when
+    put_start is refused for space, by the monitor above the watermark, and by a job that
+    stopped at its round limit (follow_up: always enqueued). Returns whether it enqueued."""
+    marker = ctx.schema.eviction_requested
+    if not follow_up and not ctx.client.set(marker, "1", nx=True, px=REQUEST_TTL_MS):
         return False
-    eviction_queue(index.config.queue_url).enqueue(
-        eviction_job, index.url, index.schema.namespace, target_ratio,
-        job_timeout=JOB_TIMEOUT_S, description=f"evict namespace {index.schema.namespace}")
+    eviction_queue(ctx.options.queue_url).enqueue(
+        eviction_job, ctx.schema.namespace, target_ratio, job_timeout=JOB_TIMEOUT_S,
+        description=f"evict namespace {ctx.schema.namespace}")
     return True
 
 
-def eviction_job(index_url: str, namespace: str,
-                 target_ratio: float | None = None) -> dict[str, Any]:
-    """One eviction job (run by an RQ worker): bounded rounds under the namespace's lock;
-    a follow-up job is enqueued when it stopped at its round limit above target."""
-    index = Index.from_url(index_url, namespace=namespace)
-    index.client.delete(index.schema.eviction_requested)
-    report = index.evict(target_ratio)
-    if report.more_work and index.config.queue_url:
-        request_eviction(index, target_ratio, follow_up=True)
-    return asdict(report) | {"summary": report.summary()}
+def eviction_job(namespace: str, target_ratio: float | None = None) -> dict[str, Any]:
+    """One eviction job (run by an RQ worker) on the index at MOONCAKE_REDIS_URL; a
+    follow-up job is enqueued when it stopped at its round limit above target."""
+    url = os.environ.get(ENV_URL) or DEFAULT_URL
+    ctx = Context.open(connect(url), namespace, read_only=True)
+    ctx.client.delete(ctx.schema.eviction_requested)
+    report = Evictor(ctx).run(target_ratio)
+    if report.more_work and ctx.options.queue_url:
+        request_eviction(ctx, target_ratio, follow_up=True)
+    result = asdict(report) | {"summary": report.summary()}
+    result["resolver"] = asdict(report.resolver)
+    return result

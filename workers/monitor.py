@@ -1,30 +1,43 @@
-"""The watermark monitor: enqueues an eviction job whenever usage is above the high watermark."""
+"""The watermark monitor: keeps the shards' admission limits fresh and enqueues an eviction
+job whenever usage is above the high watermark."""
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
 
-from mooncake_redis.index import Index
+import redis
+
+from mooncake_redis.admission import rebalance
+from mooncake_redis.context import Context
 
 from .jobs import request_eviction
 
+log = logging.getLogger(__name__)
 
-def watch(index: Index, interval_s: float = 1.0, iterations: int | None = None,
-          say: Callable[[str], None] = print) -> int:
-    """Check usage every interval_s seconds (forever, or `iterations` times); returns how
-    many jobs it enqueued."""
-    enqueued = 0
-    tick = 0
+
+def watch(ctx: Context, interval_s: float = 1.0, iterations: int | None = None) -> int:
+    """Check every interval_s seconds (forever, or `iterations` times); returns how many
+    jobs it enqueued. A Redis that is down or restarting is waited for, not fatal."""
+    enqueued = tick = 0
     while iterations is None or tick < iterations:
-        usage = index.usage()
-        config = index.config
-        above = usage.capacity_bytes and usage.ratio > config.high_watermark
-        if above and request_eviction(index):
-            enqueued += 1
-            say(f"usage {usage.ratio:.1%} above high watermark {config.high_watermark:.0%}: "
-                "eviction job enqueued")
+        try:
+            enqueued += _check(ctx)
+        except (redis.ConnectionError, redis.TimeoutError) as error:
+            log.warning("Redis unavailable (%s); retrying in %.1f s", error, interval_s)
         tick += 1
         if iterations is None or tick < iterations:
             time.sleep(interval_s)
     return enqueued
+
+
+def _check(ctx: Context) -> int:
+    settings = ctx.settings
+    shards = rebalance(ctx)
+    used = sum(s.used_bytes for s in shards)
+    capacity = settings.capacity_bytes
+    if capacity and used / capacity > settings.high_watermark and request_eviction(ctx):
+        log.info("usage %.1f%% above high watermark %.0f%%: eviction job enqueued",
+                 100 * used / capacity, 100 * settings.high_watermark)
+        return 1
+    return 0

@@ -1,0 +1,27 @@
+-- repair_node: fsck --repair for one node: recompute its counters from its own fields and
+-- put it in exactly the leaf index it belongs to. An empty node is deleted as any other
+-- (its unlink recorded and returned). The shard's stats are recount_shard's job.
+-- KEYS: 1-7 the shard's keys, 8 the node
+-- ARGV: 1-3 header (_lib.lua), 4 node hash
+-- Returns: {'repaired' | 'absent', intents: parent, child, epoch, ...}
+local n = node(KEYS[8], ARGV[4])
+local all = redis.call('HGETALL', n.key)
+if #all == 0 then return {'absent', {}} end
+n.exists = true
+for _, f in ipairs({'nc', 'no', 'np', 'ps', 'psn', 'nh', 'ns', 'b', 'lm'}) do set(n, f, nil) end
+local used, objects = stat_used, stat_objects
+for i = 1, #all, 2 do
+  local f = all[i]
+  if string.sub(f, 1, 2) == 'o:' then
+    local state, size, t, pins = unpack_object(all[i + 1])
+    if state then count_object(n, 1, state, size, t, pins) end
+  elseif is_child_field(f) then
+    add(n, 'nc', 1)
+  end
+end
+stat_used, stat_objects = used, objects  -- counters only: the stats are recounted apart
+redis.call('ZREM', LEAVES, n.hash)
+redis.call('ZREM', SOFT_LEAVES, n.hash)
+n.leaf_set, n.leaf_score = nil, nil
+finish()
+return {'repaired', flat(intents)}

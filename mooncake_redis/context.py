@@ -1,0 +1,254 @@
+"""What every part of the system shares: the client, the key schema, the scripts and the
+executor, the namespace's settings, the extractor, this client's writer token and its
+source of link epochs. The parts (objects, registration, deletion, eviction, fsck) take a
+Context; none of them needs the public Index.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from redis.cluster import RedisCluster
+
+from .errors import ConfigurationError, InvalidArgument
+from .executor import Batch, Executor, Policy
+from .keys import KeySchema
+from .prefix import ALL_SHARDS, extractor_named, shard_of, split_key
+from .scripts import Scripts, ShardCall, ShardCalls
+from .settings import (
+    ClientOptions,
+    Settings,
+    encode,
+    from_environment,
+    options_from,
+    settings_from,
+    split_arguments,
+)
+from .validation import check_text
+
+log = logging.getLogger("mooncake_redis")
+
+CLOCK_RESYNC_SECONDS = 60.0
+"""How often a client re-reads Redis TIME for its link epochs."""
+
+_SCRIPTS: Scripts | None = None
+
+
+def shared_scripts() -> Scripts:
+    """The scripts, read and hashed once per process."""
+    global _SCRIPTS
+    if _SCRIPTS is None:
+        _SCRIPTS = Scripts()
+    return _SCRIPTS
+
+
+def decoding(client: Any) -> Any:
+    """The client itself if it decodes replies to str, else one on the same connection
+    settings that does (replies are text everywhere in this package)."""
+    if client.get_encoder().decode_responses:
+        return client
+    if isinstance(client, RedisCluster):
+        raise ConfigurationError("pass a RedisCluster built with decode_responses=True")
+    pool = client.connection_pool
+    kwargs = {**pool.connection_kwargs, "decode_responses": True}
+    return type(client)(connection_pool=type(pool)(connection_class=pool.connection_class,
+                                                     **kwargs))
+
+
+class EpochClock:
+    """Link epochs: this client's estimate of Redis time in ms, strictly increasing. The
+    protocol's safety does not depend on it (fences refuse stale epochs); freshness only
+    keeps refusals rare (docs/ARCHITECTURE.md)."""
+
+    def __init__(self, redis_time_ms: int):
+        self._sync(redis_time_ms)
+        self._last = 0
+
+    def _sync(self, redis_time_ms: int) -> None:
+        self._offset_ms = redis_time_ms - time.time() * 1000
+        self._synced_at = time.monotonic()
+
+    def needs_sync(self) -> bool:
+        return time.monotonic() - self._synced_at > CLOCK_RESYNC_SECONDS
+
+    def sync(self, redis_time_ms: int) -> None:
+        self._sync(redis_time_ms)
+
+    def next(self, at_least: int = 0) -> int:
+        epoch = max(int(time.time() * 1000 + self._offset_ms), self._last + 1, at_least)
+        self._last = epoch
+        return epoch
+
+
+class Context:
+    """One namespace as one client process sees it."""
+
+    def __init__(self, client: Any, namespace: str, options: ClientOptions,
+                 stored: Mapping[str, str], token: str | None = None):
+        self.client = client
+        self.schema = KeySchema(namespace)
+        self.scripts = shared_scripts()
+        self.options = options
+        self.executor = Executor(client, self.scripts.all, Policy(
+            options.cluster_retries, options.cluster_retry_backoff_ms, options.wait_replicas,
+            options.wait_timeout_ms))
+        self._apply_settings(settings_from(stored))
+        self._settings_read_at = time.monotonic()
+        self.token = token or secrets.token_urlsafe(8)[:10]
+        """This client's writer token: put_start/put_end/put_revoke of the same key by the
+        same token are re-sends, not conflicts."""
+        self._clock: EpochClock | None = None
+        self._deferred: list[tuple[Any, ...]] = []
+        self._batches = 0
+
+    @classmethod
+    def open(cls, client: Any, namespace: str, arguments: Mapping[str, Any] | None = None,
+             *, strict: bool = False, read_only: bool = False,
+             token: str | None = None) -> Context:
+        """Open a namespace: read its stored settings, fill in those not stored yet from
+        the environment and `arguments` (never overwriting one: a difference is logged as
+        a warning, or raised with strict=True), and take the client options."""
+        env_settings, env_options = from_environment()
+        arg_settings, arg_options = split_arguments(arguments or {})
+        given = {**env_settings, **arg_settings}
+        options = options_from({**env_options, **arg_options})
+        client = decoding(client)
+        schema = KeySchema(namespace)
+        stored = client.hgetall(schema.settings)
+        current = settings_from(stored)
+        for name, value in given.items():
+            if name in stored and getattr(current, name) != value:
+                message = (f"{schema.settings} has {name}={getattr(current, name)!r}; ignoring "
+                           f"{value!r} from this client (change it with set_config or "
+                           "`mooncake-redis config set`)")
+                if strict:
+                    raise ConfigurationError(message)
+                log.warning(message)
+        missing = {name: value for name, value in given.items() if name not in stored}
+        if missing and not read_only:
+            settings_from(missing, base=current)  # refuse a bad combination before writing
+            pipe = client.pipeline(transaction=False)
+            for name, value in missing.items():
+                pipe.hsetnx(schema.settings, name, encode(value))
+            pipe.execute()
+            stored = client.hgetall(schema.settings)
+        return cls(client, namespace, options, stored, token)
+
+    # -- settings ------------------------------------------------------------------------
+
+    def _apply_settings(self, settings: Settings) -> None:
+        self._settings = settings
+        self.extractor = extractor_named(settings.prefix_extractor)
+
+    @property
+    def settings(self) -> Settings:
+        """The namespace's settings, re-read every settings_refresh_seconds."""
+        if time.monotonic() - self._settings_read_at > self.options.settings_refresh_seconds:
+            self.reload_settings()
+        return self._settings
+
+    def reload_settings(self) -> Settings:
+        stored = self.client.hgetall(self.schema.settings)
+        try:
+            self._apply_settings(settings_from(stored))
+        except ConfigurationError as error:  # keep working with what we had; say so once
+            log.error("ignoring unreadable settings in %s: %s", self.schema.settings, error)
+        self._settings_read_at = time.monotonic()
+        return self._settings
+
+    def store_settings(self, changes: Mapping[str, Any]) -> Settings:
+        new = settings_from(changes, base=self.reload_settings())
+        values = {name: encode(getattr(new, name)) for name in changes}
+        if values:
+            self.client.hset(self.schema.settings, mapping=values)
+        self._apply_settings(new)
+        return new
+
+    def header(self) -> list[Any]:
+        """The common ARGV header of shard scripts (lua/_lib.lua)."""
+        settings = self.settings
+        return [settings.put_start_release_timeout_ms, settings.events_max_len,
+                settings.link_epoch_horizon_ms]
+
+    # -- batches -------------------------------------------------------------------------
+
+    def batch(self) -> Batch:
+        """A new batch, carrying any deferred cleanup commands first."""
+        batch = self.executor.batch()
+        deferred, self._deferred = self._deferred, []
+        for command in deferred:
+            batch.preamble(*command)
+        return batch
+
+    def defer(self, *command: Any) -> None:
+        """An idempotent cleanup (ZREM of a confirmed pending link or a finished unlink
+        intent) that rides on the next batch; if this process dies first, the resolver
+        does its work."""
+        self._deferred.append(command)
+
+    def flush(self) -> None:
+        if self._deferred:
+            self.batch().execute()
+
+    def shard_call(self, script: str, shard: str, *script_args: Any) -> ShardCall:
+        return ShardCall(self.scripts[script], self.schema, shard, self.header(), *script_args)
+
+    def calls(self, script: str, *script_args: Any) -> ShardCalls[Any]:
+        """Calls of a shard script, one per shard, all with the same script arguments."""
+        header = self.header()
+        return ShardCalls(lambda shard: ShardCall(self.scripts[script], self.schema, shard,
+                                                  header, *script_args))
+
+    def batch_id(self) -> str:
+        self._batches += 1
+        return f"{self.token}.{self._batches}"
+
+    # -- time ----------------------------------------------------------------------------
+
+    def redis_time_ms(self) -> int:
+        seconds, microseconds = self.client.time()
+        return int(seconds) * 1000 + int(microseconds) // 1000
+
+    def epoch(self, at_least: int = 0) -> int:
+        if self._clock is None:
+            self._clock = EpochClock(self.redis_time_ms())
+        elif self._clock.needs_sync():
+            self._clock.sync(self.redis_time_ms())
+        return self._clock.next(at_least)
+
+    # -- names ---------------------------------------------------------------------------
+
+    def key(self, value: Any) -> str:
+        return check_text(value, "object key", self.settings.max_key_length)
+
+    def split(self, key: Any) -> tuple[str, str]:
+        """(prefix hash, suffix) of an object key, validated."""
+        return split_key(self.extractor.prefix, self.key(key))
+
+    def prefix_hash(self, value: Any, what: str = "prefix hash") -> str:
+        """A prefix hash given by a caller, well-formed under the namespace's rule."""
+        text = check_text(value, what, self.settings.max_key_length)
+        if not self.extractor.is_hash(text):
+            raise InvalidArgument(
+                f"{what} {text!r} is not a prefix hash: under the {self.extractor.name!r} rule "
+                f"a hash is {self.extractor.hash_form}", prefix_hash=text)
+        return text
+
+    def shard(self, prefix_hash: str) -> str:
+        return shard_of(prefix_hash)
+
+    def all_shards(self) -> tuple[str, ...]:
+        return ALL_SHARDS
+
+    def with_settings(self, **changes: Any) -> Context:
+        """A copy that sees other settings (tests and tools only; nothing is stored)."""
+        copy = object.__new__(Context)
+        copy.__dict__.update(self.__dict__)
+        copy._apply_settings(replace(self._settings, **changes))
+        copy._settings_read_at = float("inf")
+        return copy

@@ -1,0 +1,61 @@
+"""The one deletion path for objects taken out by a caller: remove, put_revoke, forced
+removal, remove_by_regex and remove_all all run lua/delete.lua, which deletes each object,
+announces it, and deletes a node left empty together with recording its unlink; the
+cascade up the tree (links.cascade) follows. Eviction deletes whole nodes through
+lua/evict.lua and the same cascade.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .context import Context
+from .errors import MooncakeRedisError, from_script_error
+from .links import Intent, cascade, triples
+from .models import Result
+
+CHUNK = 1024
+"""Objects per batch: keeps one script's run (and Redis's pause) short."""
+
+MODES = ("remove", "revoke", "force")
+
+Target = tuple[str, str, str]
+"""An object to delete: (key, prefix hash, suffix)."""
+
+
+def delete_objects(ctx: Context, targets: Sequence[Target], mode: str) -> list[Result[None]]:
+    """Delete objects (mode as in lua/delete.lua); one result per target."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}")
+    results: list[Result[None]] = []
+    for start in range(0, len(targets), CHUNK):
+        results += _delete_chunk(ctx, targets[start:start + CHUNK], mode)
+    return results
+
+
+def _delete_chunk(ctx: Context, targets: Sequence[Target], mode: str) -> list[Result[None]]:
+    calls = ctx.calls("delete", mode)
+    for key, prefix_hash, suffix in targets:
+        call = calls.add(ctx.shard(prefix_hash), key)
+        call.item(call.node(prefix_hash), prefix_hash, suffix, ctx.token)
+    batch = ctx.batch()
+    calls.queue(batch)
+    replies = batch.execute()
+    outcome: dict[str, Result[None]] = {}
+    for key, reply in calls.per_item(replies, part=0):
+        outcome[key] = item_result(key, reply)
+    intents: list[Intent] = []
+    for _, reply in calls.replies(replies):
+        if not isinstance(reply, MooncakeRedisError):
+            intents += triples(reply[1])
+    cascade(ctx, intents)
+    return [outcome[key] for key, _, _ in targets]
+
+
+def item_result(key: str, reply: object) -> Result[None]:
+    """A script's reply for one item: 'OK' or a refusal."""
+    if isinstance(reply, MooncakeRedisError):
+        return Result(key, error=reply)
+    if reply == "OK":
+        return Result(key)
+    return Result(key, error=from_script_error(str(reply), key=key))

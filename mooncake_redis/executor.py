@@ -1,0 +1,411 @@
+"""Sends queued script calls and commands to Redis in order, one pipeline per node, for a
+single Redis and Redis Cluster alike (a single Redis is a cluster of one node).
+
+Ordering contract: every call queued before a `barrier()` completes before any call
+queued after it runs. On one node, one connection runs the whole queue in order, so a
+batch is ONE round trip whatever its barriers; on a cluster the segments between barriers
+go one after the other, each as parallel per-node pipelines.
+
+Nothing is re-sent blindly. The executor writes and reads the protocol on a connection
+itself (never through redis-py's retrying paths, so a client built with a retry policy
+cannot make it re-send): a call that could not be sent (no connection, MOVED, ASK,
+TRYAGAIN, CLUSTERDOWN) is re-sent after the slot map is refreshed; a call whose reply was
+lost is re-sent only if running it twice is harmless (reads, and writes carrying this
+client's writer token); otherwise the batch raises OutcomeUnknown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+
+from .errors import (
+    ClusterUnavailable,
+    MooncakeRedisError,
+    OutcomeUnknown,
+    PermissionDenied,
+    ReplicationIncomplete,
+    ScriptError,
+    StoreFull,
+    from_script_error,
+)
+
+MAX_BACKOFF_MS = 2000
+"""The pause between retries doubles from cluster_retry_backoff_ms up to this."""
+
+NOT_SENT = object()
+"""Reply placeholder: no connection to the node could be made, so nothing ran."""
+
+LOST = object()
+"""Reply placeholder: the call was sent but its reply never came; it may have run."""
+
+REROUTE_ERRORS = (redis.exceptions.MovedError, redis.exceptions.AskError)
+NOT_RUN_ERRORS = (*REROUTE_ERRORS, redis.exceptions.TryAgainError,
+                  redis.exceptions.ClusterDownError, redis.exceptions.ReadOnlyError,
+                  redis.exceptions.BusyLoadingError)
+"""Replies saying the command did not run: re-sending it is always safe."""
+
+READ_ONLY_COMMANDS = frozenset({
+    "EXISTS", "GET", "HEXISTS", "HGET", "HGETALL", "HKEYS", "HLEN", "HMGET", "SCAN", "TIME", "TYPE",
+    "XLEN", "XRANGE", "ZCARD", "ZRANGE", "ZRANGEBYSCORE", "ZSCORE", "ZCOUNT", "MEMORY",
+})
+KEYLESS_COMMANDS = frozenset({"TIME", "SCAN"})
+
+
+@dataclass(frozen=True)
+class LuaScript:
+    """One script of lua/, with the helpers prepended, and its SHA1 for EVALSHA."""
+
+    name: str
+    source: str
+    sha: str
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How a batch copes with lost connections, Cluster and replication (ClientOptions)."""
+
+    retries: int = 6
+    backoff_ms: int = 100
+    wait_replicas: int = 0
+    wait_timeout_ms: int = 1000
+
+
+@dataclass(frozen=True)
+class Queued:
+    """One call: its name, the command as sent, the key that routes it (None = any node),
+    whether re-sending it after it may have run is harmless, whether it may write (WAIT
+    covers it), and its barrier segment."""
+
+    name: str
+    args: tuple[Any, ...]
+    routing_key: str | None
+    retry_safe: bool
+    writes: bool
+    segment: int
+
+
+def tag_of(key: str) -> str:
+    """The Redis Cluster hash tag of a key (the part its slot is computed from)."""
+    start = key.find("{")
+    if start >= 0:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            return key[start + 1:end]
+    return key
+
+
+class CrossSlotCall(ScriptError):
+    """A script got keys of two shard tags: a bug that Redis Cluster would refuse with
+    CROSSSLOT, caught here on a single Redis too."""
+
+
+class Batch:
+    """Calls queued in order, with barriers; execute() sends them (see the module doc)."""
+
+    def __init__(self, executor: Executor):
+        self._executor = executor
+        self._queued: list[Queued] = []
+        self._segment = 0
+        self._preamble = 0
+
+    def __len__(self) -> int:
+        return len(self._queued) - self._preamble
+
+    def preamble(self, *args: Any) -> None:
+        """Queue an idempotent write whose reply nobody reads (a deferred cleanup); it
+        takes no position in execute()'s results. Only before any other call."""
+        if len(self._queued) != self._preamble:
+            raise AssertionError("preamble commands go first")
+        self.command(*args, retry_safe=True)
+        self._preamble += 1
+
+    def call(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any],
+             retry_safe: bool = False, read_only: bool = False) -> int:
+        """Queue a script call; returns its position in execute()'s results."""
+        tag = tag_of(keys[0]) if keys else None
+        if any(tag_of(k) != tag for k in keys):
+            raise CrossSlotCall(f"script {script.name} got keys of shard tags "
+                                f"{sorted({tag_of(k) for k in keys})}")
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        return self._queue(script.name, command, keys[0] if keys else None,
+                           retry_safe or read_only, not read_only)
+
+    def command(self, *args: Any, retry_safe: bool = False) -> int:
+        """Queue a plain command (key first); reads are retry-safe, writes only if told."""
+        name = str(args[0]).upper()
+        routing_key = None if name in KEYLESS_COMMANDS else str(args[1])
+        read_only = name in READ_ONLY_COMMANDS
+        return self._queue(name, (name, *args[1:]), routing_key, read_only or retry_safe,
+                           not read_only)
+
+    def barrier(self) -> None:
+        """Calls queued after this run only once every call before it has completed."""
+        if self._queued and self._queued[-1].segment == self._segment:
+            self._segment += 1
+
+    def _queue(self, name: str, args: tuple[Any, ...], routing_key: str | None,
+               retry_safe: bool, writes: bool) -> int:
+        self._queued.append(Queued(name, args, routing_key, retry_safe, writes, self._segment))
+        return len(self._queued) - 1 - self._preamble
+
+    def execute(self) -> list[Any]:
+        """Results in queue order. A call refused by Redis or a script holds the mapped
+        exception in its slot (never raised here: callers decide which refusals matter).
+        Raised: OutcomeUnknown, ClusterUnavailable, ReplicationIncomplete."""
+        queued, self._queued, self._segment = self._queued, [], 0
+        preamble, self._preamble = self._preamble, 0
+        return self._executor.run(queued)[preamble:] if queued else []
+
+
+class Executor:
+    """Runs batches on one client (plain Redis or RedisCluster)."""
+
+    def __init__(self, client: Any, scripts: Sequence[LuaScript], policy: Policy):
+        self._client = client
+        self._scripts = scripts
+        self._policy = policy
+        self._cluster = isinstance(client, RedisCluster)
+
+    def batch(self) -> Batch:
+        return Batch(self)
+
+    def run(self, queued: Sequence[Queued]) -> list[Any]:
+        results: list[Any] = [None] * len(queued)
+        if not self._cluster:  # one connection keeps the queue's order: one round trip
+            self._run_segment(queued, list(range(len(queued))), results)
+        else:
+            segments: dict[int, list[int]] = defaultdict(list)
+            for position, item in enumerate(queued):
+                segments[item.segment].append(position)
+            for segment in sorted(segments):
+                self._run_segment(queued, segments[segment], results)
+        return [map_error(r) for r in results]
+
+    def _run_segment(self, queued: Sequence[Queued], positions: list[int],
+                     results: list[Any]) -> None:
+        pending = positions
+        unknown: list[int] = []
+        shortfalls: list[ReplicationIncomplete] = []
+        retries = reloads = 0
+        while pending:
+            resend: list[int] = []
+            reroute = pause = False
+            groups = self._by_node(queued, pending)
+            replies = self._send_groups(groups, queued, shortfalls)
+            for group, group_replies in zip(groups.values(), replies):
+                for position, reply in zip(group, group_replies):
+                    item = queued[position]
+                    if reply is LOST and not item.retry_safe:
+                        unknown.append(position)
+                    elif reply is NOT_SENT or reply is LOST or isinstance(reply, NOT_RUN_ERRORS):
+                        resend.append(position)
+                        reroute = True
+                        pause = pause or not isinstance(reply, REROUTE_ERRORS)
+                    elif isinstance(reply, redis.exceptions.NoScriptError):
+                        resend.append(position)  # the scripts were just loaded on that node
+                    else:
+                        results[position] = reply
+            if unknown:
+                break
+            pending = sorted(resend)
+            if pending and reroute:
+                retries += 1
+                if retries > self._policy.retries:
+                    break
+                self._refresh(retries if pause else 0)
+            elif pending:
+                reloads += 1
+                if reloads > 1:  # NOSCRIPT right after loading: give up, do not spin
+                    break
+        if unknown:
+            calls = ", ".join(describe(queued[i]) for i in unknown[:3])
+            raise OutcomeUnknown(f"connection lost after sending {len(unknown)} call(s) that are "
+                                 f"not safe to re-send ({calls}); they may or may not have run")
+        if pending:
+            raise ClusterUnavailable(f"{len(pending)} call(s) not served after "
+                                     f"{self._policy.retries} retries (first: "
+                                     f"{describe(queued[pending[0]])})")
+        if shortfalls:
+            raise shortfalls[0]
+
+    def _by_node(self, queued: Sequence[Queued],
+                 positions: list[int]) -> dict[Any, list[int]]:
+        """Positions grouped by the node serving them (None: no node serves the slot now),
+        each group in queue order."""
+        if not self._cluster:
+            return {self._client: list(positions)}
+        groups: dict[Any, list[int]] = defaultdict(list)
+        manager = self._client.nodes_manager
+        for position in positions:
+            key = queued[position].routing_key
+            slot = 0 if key is None else self._client.keyslot(key)
+            try:
+                node: ClusterNode | None = manager.get_node_from_slot(slot)
+            except redis.exceptions.SlotNotCoveredError:
+                node = None
+            groups[node].append(position)
+        return groups
+
+    def _send_groups(self, groups: dict[Any, list[int]], queued: Sequence[Queued],
+                     shortfalls: list[ReplicationIncomplete]) -> list[list[Any]]:
+        """Writes every node's pipeline first, then reads the replies: the nodes work in
+        parallel."""
+        sessions = []
+        for node, group in groups.items():
+            client = None if node is None else (node if not self._cluster
+                                                 else node.redis_connection)
+            commands = [queued[i].args for i in group]
+            wait = self._policy.wait_replicas > 0 and any(queued[i].writes for i in group)
+            if wait:
+                commands.append(("WAIT", self._policy.wait_replicas,
+                                 self._policy.wait_timeout_ms))
+            sessions.append((node, client, wait, Pipeline.start(client, commands)))
+        replies = []
+        for node, client, wait, pipeline in sessions:
+            got = pipeline.finish()
+            if wait:
+                acknowledged = got.pop()
+                if acknowledged is not NOT_SENT and acknowledged is not LOST:
+                    try:
+                        check_replicas(acknowledged, self._policy, name_of(node))
+                    except ReplicationIncomplete as error:
+                        shortfalls.append(error)
+            if client is not None and any(isinstance(r, redis.exceptions.NoScriptError)
+                                          for r in got):
+                load_scripts(client, self._scripts)
+            replies.append(got)
+        return replies
+
+    def _refresh(self, retry: int) -> None:
+        """Pause (doubling per retry; none when a redirect said where to go); on a cluster,
+        ask which node serves which slot now."""
+        if retry:
+            backoff_ms = self._policy.backoff_ms * 2 ** (retry - 1)
+            time.sleep(min(backoff_ms, MAX_BACKOFF_MS) / 1000)
+        if self._cluster:
+            with contextlib.suppress(redis.exceptions.RedisError,
+                                     redis.exceptions.RedisClusterException):
+                self._client.nodes_manager.initialize()
+
+
+class Pipeline:
+    """One node's commands on one connection: sent together, replies read in order.
+    Tells apart a connection that could not be made (NOT_SENT: nothing ran) from one lost
+    after sending (LOST for each reply that never came: those calls may have run)."""
+
+    def __init__(self, client: Any, commands: list[tuple[Any, ...]]):
+        self.client = client
+        self.commands = commands
+        self.connection: Any = None
+        self.failed: Any = None
+
+    @classmethod
+    def start(cls, client: Any, commands: list[tuple[Any, ...]]) -> Pipeline:
+        pipeline = cls(client, commands)
+        if client is None:
+            pipeline.failed = NOT_SENT
+            return pipeline
+        pool = client.connection_pool
+        try:
+            pipeline.connection = pool.get_connection()
+            if pipeline.connection._sock is None:
+                pipeline.connection.connect()
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
+            if pipeline.connection is not None:
+                pool.release(pipeline.connection)
+                pipeline.connection = None
+            pipeline.failed = NOT_SENT
+            return pipeline
+        try:
+            connection = pipeline.connection
+            connection.send_packed_command(connection.pack_commands(commands))
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
+            pipeline.failed = LOST  # part of it may have reached the server
+        return pipeline
+
+    def finish(self) -> list[Any]:
+        if self.failed is not None:
+            self._release(broken=True)
+            return [self.failed] * len(self.commands)
+        replies: list[Any] = []
+        try:
+            for command in self.commands:
+                try:
+                    replies.append(self.client.parse_response(self.connection, command[0]))
+                except (redis.exceptions.ResponseError, redis.exceptions.BusyLoadingError) \
+                        as error:
+                    replies.append(error)
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
+            replies += [LOST] * (len(self.commands) - len(replies))
+            self._release(broken=True)
+            return replies
+        self._release(broken=False)
+        return replies
+
+    def _release(self, broken: bool) -> None:
+        if self.connection is None:
+            return
+        if broken:
+            self.connection.disconnect()
+        self.client.connection_pool.release(self.connection)
+        self.connection = None
+
+
+def name_of(node: Any) -> str:
+    return getattr(node, "name", "redis")
+
+
+def check_replicas(acknowledged: Any, policy: Policy, where: str) -> None:
+    """Raise ReplicationIncomplete unless a WAIT reply counts enough replicas."""
+    if isinstance(acknowledged, int) and acknowledged >= policy.wait_replicas:
+        return
+    raise ReplicationIncomplete(
+        f"{where}: writes acknowledged by {acknowledged!r} replicas, wait_replicas="
+        f"{policy.wait_replicas} within {policy.wait_timeout_ms} ms; they are applied on the "
+        "primary but a failover now could lose them")
+
+
+def load_scripts(client: Any, scripts: Sequence[LuaScript]) -> None:
+    pipe = client.pipeline(transaction=False)
+    for script in scripts:
+        pipe.script_load(script.source)
+    for script, sha in zip(scripts, pipe.execute()):
+        if sha != script.sha:
+            raise ScriptError(f"Redis computed SHA {sha} for {script.name}, expected {script.sha}")
+
+
+def map_error(result: Any) -> Any:
+    if isinstance(result, redis.exceptions.NoPermissionError):
+        return PermissionDenied(f"NOPERM {result}")
+    if isinstance(result, redis.exceptions.OutOfMemoryError):
+        return StoreFull(f"Redis refused a write at maxmemory: {result}")
+    if isinstance(result, redis.exceptions.ResponseError):
+        return from_script_error(str(result))
+    return result
+
+
+def raise_first_error(results: Sequence[Any]) -> None:
+    for result in results:
+        if isinstance(result, MooncakeRedisError):
+            raise result
+
+
+def describe(item: Queued) -> str:
+    """A short name for a queued call in error messages: the script or command, and its key."""
+    return f"{item.name} {item.routing_key or ''}".strip()
+
+
+def score_pairs(reply: Sequence[Any]) -> list[tuple[str, float]]:
+    """(member, score) pairs of a WITHSCORES reply, whether the client already paired them
+    or left them flat (RESP2 as sent)."""
+    if reply and isinstance(reply[0], (list, tuple)):
+        return [(member, float(score)) for member, score in reply]
+    return [(member, float(score)) for member, score in zip(reply[0::2], reply[1::2])]

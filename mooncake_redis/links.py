@@ -1,0 +1,258 @@
+"""Parent links across shards: confirmations, unlinks with their cascade, cycle walks, and
+the resolver that settles what crashed or refused writers and deleters left behind.
+
+A link (child, parent) lives in two shards: the parent lists the child at an epoch, the
+child names the parent (docs/ARCHITECTURE.md has the protocol and why it is safe). Every
+step here is one script call per shard for all the links of that shard.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .context import Context
+from .errors import MooncakeRedisError
+from .executor import raise_first_error
+from .scripts import ShardCalls
+
+log = logging.getLogger(__name__)
+
+Link = tuple[str, str]
+"""(child hash, parent hash)"""
+
+Intent = tuple[str, str, str]
+"""An unlink to run: (parent hash, child hash, epoch), as the scripts return it."""
+
+NewLeaf = tuple[str, float, int, bool]
+"""A node that became a leaf: (hash, score, bytes, soft-pinned)."""
+
+RESOLVER_PAGE = 64
+"""Pending links or unlink intents read per shard per resolver pass."""
+
+
+def pending_member(parent: str, child: str, epoch: int | str) -> str:
+    return f"{parent}|{child}|{epoch}"
+
+
+def outbox_member(child: str, parent: str, epoch: int | str) -> str:
+    return f"{child}|{parent}|{epoch}"
+
+
+def triples(flat: Sequence[str]) -> list[Intent]:
+    return [(flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]
+
+
+def new_leaves(flat: Sequence[str]) -> list[NewLeaf]:
+    return [(flat[i], float(flat[i + 1]), int(flat[i + 2]), flat[i + 3] == "1")
+            for i in range(0, len(flat), 4)]
+
+
+def confirm_links(ctx: Context, confirmed: Iterable[tuple[Link, int]]) -> None:
+    """Drop the pending entries of links a child confirmed (a deferred ZREM per shard)."""
+    members: dict[str, list[str]] = defaultdict(list)
+    for (child, parent), epoch in confirmed:
+        members[ctx.shard(parent)].append(pending_member(parent, child, epoch))
+    for shard, shard_members in members.items():
+        ctx.defer("ZREM", ctx.schema.shard_keys(shard).pending, *shard_members)
+
+
+def cascade(ctx: Context, intents: Iterable[Intent],
+            on_new_leaf: Callable[[NewLeaf], None] | None = None) -> int:
+    """Run unlinks level by level (one round trip per level for all of them): each parent
+    drops the child if the field still holds the epoch; a parent left empty is deleted
+    and its own unlink joins the next level. The intents' outbox entries are cleared on
+    the next batch. Returns how many child fields were removed."""
+    level = list(intents)
+    removed = depth = 0
+    while level:
+        depth += 1
+        if depth > ctx.settings.max_depth:
+            raise MooncakeRedisError(f"cascade deeper than max_depth={ctx.settings.max_depth}; "
+                                     "the resolver finishes it from the outbox")
+        unlinks = ctx.calls("unlink")
+        for parent, child, epoch in level:
+            call = unlinks.add(ctx.shard(parent), None)
+            call.item(call.node(parent), parent, child, epoch, "")
+        next_level: list[Intent] = []
+        removed += _run_unlinks(ctx, unlinks, on_new_leaf, next_level)
+        _clear_outbox(ctx, level)
+        level = next_level
+    return removed
+
+
+def _run_unlinks(ctx: Context, unlinks: ShardCalls[Any],
+                 on_new_leaf: Callable[[NewLeaf], None] | None, intents: list[Intent]) -> int:
+    """Send unlink calls; collect the unlinks of parents they deleted into `intents`."""
+    batch = ctx.batch()
+    unlinks.queue(batch)
+    results = batch.execute()
+    raise_first_error(results)
+    removed = 0
+    for _, (flags, intents_flat, leaves_flat) in unlinks.replies(results):
+        removed += sum(int(f) for f in flags)
+        intents += triples(intents_flat)
+        if on_new_leaf is not None:
+            for leaf in new_leaves(leaves_flat):
+                on_new_leaf(leaf)
+    return removed
+
+
+def _clear_outbox(ctx: Context, done: Iterable[Intent]) -> None:
+    members: dict[str, list[str]] = defaultdict(list)
+    for parent, child, epoch in done:
+        members[ctx.shard(child)].append(outbox_member(child, parent, epoch))
+    for shard, shard_members in members.items():
+        ctx.defer("ZREM", ctx.schema.shard_keys(shard).outbox, *shard_members)
+
+
+def walk_finds_cycles(ctx: Context, walks: Mapping[str, str],
+                      intended: Mapping[str, str | None] | None = None) -> set[str]:
+    """For each (node, new parent), walk up from the parent (all walks together, one round
+    trip per level) and return the nodes the walk meets: linking them would close a cycle.
+    `intended` holds parents this batch is about to set, followed where Redis has none.
+    A walk longer than max_depth counts as a cycle (the tree is deeper than configured)."""
+    intended = intended or {}
+    cursors = dict(walks)
+    found: set[str] = set()
+    for _ in range(ctx.settings.max_depth):
+        for node, cursor in list(cursors.items()):
+            if cursor == node:
+                found.add(node)
+                del cursors[node]
+        if not cursors:
+            return found
+        batch = ctx.batch()
+        asked = sorted(set(cursors.values()))
+        for cursor in asked:
+            batch.command("HGET", ctx.schema.node(cursor), "p")
+        parents = dict(zip(asked, batch.execute()))
+        for node, cursor in list(cursors.items()):
+            parent = parents[cursor] or intended.get(cursor)
+            if parent is None:
+                del cursors[node]
+            else:
+                cursors[node] = parent
+    return found | set(cursors)
+
+
+@dataclass
+class ResolverReport:
+    """What one resolver run settled."""
+
+    intents: int = 0
+    """Unlinks finished for deleters that did not finish them."""
+    kept: int = 0
+    """Pending links whose child names the parent: confirmed."""
+    dropped: int = 0
+    """Pending links whose child does not name the parent: fenced and removed."""
+    cycles_broken: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.intents or self.kept or self.dropped or self.cycles_broken)
+
+
+def settle_links_now(ctx: Context, links: Iterable[tuple[Link, int]]) -> ResolverReport:
+    """The resolver's step for links this client just recorded but no item confirmed."""
+    report = ResolverReport()
+    resolve_links(ctx, [(parent, child, str(epoch)) for (child, parent), epoch in links],
+                  report)
+    return report
+
+
+def resolve_links(ctx: Context, entries: Sequence[Intent], report: ResolverReport) -> None:
+    """Settle pending links (parent, child, epoch): in the child's shard the child keeps
+    the link (its epoch raised) or is fenced; then in the parent's shard the pending entry
+    goes, with the child field if it was not kept and still holds the epoch (cascading).
+    Kept links into nodes with children are walked for cycles, which are broken."""
+    if not entries:
+        return
+    checks = ctx.calls("resolve")
+    for parent, child, epoch in entries:
+        call = checks.add(ctx.shard(child), (parent, child, epoch))
+        call.item(call.node(child), child, parent, epoch, "check")
+    batch = ctx.batch()
+    checks.queue(batch)
+    results = batch.execute()
+    raise_first_error(results)
+    unlinks = ctx.calls("unlink")
+    walks: dict[str, tuple[str, str]] = {}
+    for (parent, child, epoch), verdict in checks.per_item(results):
+        kept = verdict.startswith("keep")
+        report.kept += kept
+        report.dropped += not kept
+        call = unlinks.add(ctx.shard(parent), None)
+        call.item(call.node(parent), parent, child, "" if kept else epoch,
+                  pending_member(parent, child, epoch))
+        if verdict == "keep+children":
+            walks[child] = (parent, epoch)
+    intents: list[Intent] = []
+    _run_unlinks(ctx, unlinks, None, intents)
+    cascade(ctx, intents)
+    if walks:
+        on_cycles = walk_finds_cycles(ctx, {child: parent for child, (parent, _) in walks.items()})
+        break_cycles(ctx, {child: walks[child] for child in on_cycles}, report)
+
+
+def break_cycles(ctx: Context, links: Mapping[str, tuple[str, str]],
+                 report: ResolverReport) -> int:
+    """Links child -> (parent, epoch) found on cycles: each child still naming that parent
+    becomes a root (fenced at its epoch) and the parent drops it. Returns how many broke."""
+    if not links:
+        return 0
+    before = report.cycles_broken
+    breaks = ctx.calls("resolve")
+    for child, (parent, epoch) in links.items():
+        call = breaks.add(ctx.shard(child), (child, parent))
+        call.item(call.node(child), child, parent, epoch, "break")
+    batch = ctx.batch()
+    breaks.queue(batch)
+    results = batch.execute()
+    raise_first_error(results)
+    unlinks = ctx.calls("unlink")
+    for (child, parent), verdict in breaks.per_item(results):
+        if verdict.startswith("broken"):
+            report.cycles_broken += 1
+            log.warning("broke a cycle through %s -> %s (racing writers)", child, parent)
+            call = unlinks.add(ctx.shard(parent), None)
+            call.item(call.node(parent), parent, child, verdict.split(" ", 1)[1], "")
+    if unlinks:
+        intents: list[Intent] = []
+        _run_unlinks(ctx, unlinks, None, intents)
+        cascade(ctx, intents)
+    return report.cycles_broken - before
+
+
+def resolve(ctx: Context, grace_ms: int | None = None, budget: int = 100_000) -> ResolverReport:
+    """The resolver: finish unlink intents and settle pending links older than the grace
+    period, pass after pass, until none is left (bounded by `budget` entries). Runs inside
+    every eviction job and in `fsck --repair` (grace 0: at quiescence nothing dangles)."""
+    grace = ctx.settings.resolver_grace_ms if grace_ms is None else grace_ms
+    report = ResolverReport()
+    while budget > 0:
+        cutoff = ctx.redis_time_ms() - grace
+        intents = [(parent, child, epoch) for child, parent, epoch
+                   in _old_entries(ctx, "outbox", cutoff)]
+        cascade(ctx, intents)
+        report.intents += len(intents)
+        pending = _old_entries(ctx, "pending", cutoff)
+        resolve_links(ctx, pending, report)
+        ctx.flush()
+        budget -= len(intents) + len(pending)
+        if not intents and not pending:
+            break
+    return report
+
+
+def _old_entries(ctx: Context, index: str, cutoff: int) -> list[Intent]:
+    batch = ctx.batch()
+    for shard in ctx.all_shards():
+        key = getattr(ctx.schema.shard_keys(shard), index)
+        batch.command("ZRANGEBYSCORE", key, "-inf", cutoff, "LIMIT", 0, RESOLVER_PAGE)
+    entries: list[Intent] = []
+    for page in batch.execute():
+        entries += [tuple(member.split("|")) for member in page]  # type: ignore[misc]
+    return entries

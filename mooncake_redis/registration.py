@@ -1,0 +1,227 @@
+"""Writes that link nodes to parents: path A (put_start, with or without a parent block
+hash) and path B (register_radix_tree_node), with per-item results.
+
+The link protocol (docs/ARCHITECTURE.md): step 1 in the parent's shard lists the child at
+an epoch and records a pending link; step 2 in the child's shard writes the object or the
+registration and names the parent, unless a fence, a stale epoch, another parent or a
+possible cycle refuses it. On a single Redis both steps of a whole batch go in one
+pipeline: one round trip. Items refused for a reason the client can mend (a stale or
+fenced epoch, a cycle check) are sent again; links this call recorded but no item
+confirmed are settled at once; a new link into a node with children from elsewhere is
+confirmed only by the resolver, after its walk for cycles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .admission import default_shard_limit
+from .context import Context
+from .errors import CycleDetected, MooncakeRedisError, ParentConflict, from_script_error
+from .links import Link, confirm_links, settle_links_now, walk_finds_cycles
+from .models import Result
+
+MAX_SENDS = 4
+"""Sends of one item at most (a fenced or stale epoch, then a cycle walk, cost one each)."""
+
+NEEDS_WALK = "walk"
+
+
+@dataclass
+class Write:
+    """One item: an object to put_start (`suffix` set), or a node to register (the
+    suffixes of the stored objects to check in `registered`)."""
+
+    key: str
+    """What the caller knows the item by: the object key, or the prefix hash."""
+    prefix_hash: str
+    parent: str | None
+    suffix: str | None = None
+    size: int = 0
+    pins: int = 0
+    registered: Sequence[str] = ()
+    checked: bool = False
+    """A walk up from the parent did not meet this node: send with cycle-checked=1."""
+    result: Result[None] | None = None
+    state: str = ""
+    """'' (send it), 'walk' (a cycle walk decides), or the link flag of a written item."""
+    min_epoch: int = 0
+    epoch: int = 0
+    """The epoch of the send that wrote it."""
+
+    @property
+    def link(self) -> Link | None:
+        return (self.prefix_hash, self.parent) if self.parent else None
+
+    @property
+    def object_key(self) -> str | None:
+        return self.key if self.suffix is not None else None
+
+    def refuse(self, error: MooncakeRedisError) -> None:
+        self.result = Result(self.key, error=error)
+
+
+@dataclass
+class _Sent:
+    """The links one send's step 1 recorded as pending, at its epoch."""
+
+    epoch: int
+    pending: list[Link] = field(default_factory=list)
+
+
+def write(ctx: Context, writes: list[Write]) -> list[Result[None]]:
+    """Send the items (after the in-batch checks) until each is written or refused."""
+    refuse_in_batch(writes)
+    todo = [w for w in writes if w.result is None]
+    sends: list[_Sent] = []
+    for _ in range(MAX_SENDS):
+        if not todo:
+            break
+        sends.append(_send(ctx, todo))
+        todo = _after_send(ctx, todo)
+    for w in todo:
+        w.refuse(MooncakeRedisError(
+            f"gave up after {MAX_SENDS} sends: the link's epoch kept being fenced or stale "
+            "(concurrent deletions of this node); retry", key=w.object_key,
+            prefix_hash=w.prefix_hash))
+    _settle(ctx, writes, sends)
+    return [w.result for w in writes]  # type: ignore[misc]  # every item has one now
+
+
+def refuse_in_batch(writes: list[Write]) -> None:
+    """Within one batch a node names one parent, never itself, and the batch's links form
+    no cycle; an item breaking that is refused before anything is sent."""
+    parents: dict[str, str] = {}
+    for w in writes:
+        if w.parent is None:
+            continue
+        child, parent = w.prefix_hash, w.parent
+        if parent == child:
+            w.refuse(CycleDetected(f"node {child} names itself as its parent",
+                                   key=w.object_key, prefix_hash=child))
+        elif parents.get(child, parent) != parent:
+            w.refuse(ParentConflict(
+                f"node {child} is given parents {parents[child]} and {parent} in one batch",
+                key=w.object_key, prefix_hash=child))
+        elif child not in parents and _reaches(parents, parent, child):
+            w.refuse(CycleDetected(f"the links of this batch form a cycle through {child}",
+                                   key=w.object_key, prefix_hash=child))
+        else:
+            parents[child] = parent
+
+
+def _reaches(parents: dict[str, str], start: str, target: str) -> bool:
+    cursor: str | None = start
+    for _ in range(len(parents) + 1):
+        if cursor is None:
+            return False
+        if cursor == target:
+            return True
+        cursor = parents.get(cursor)
+    return False
+
+
+def _send(ctx: Context, todo: list[Write]) -> _Sent:
+    """Step 1 for every link, a barrier, step 2 for every item: one batch."""
+    batch_id = ctx.batch_id()
+    settings = ctx.settings
+    sent = _Sent(ctx.epoch(at_least=max(w.min_epoch for w in todo)))
+    links = ctx.calls("link", batch_id)
+    for child, parent in sorted({w.link for w in todo if w.link is not None}):
+        call = links.add(ctx.shard(parent), (child, parent))
+        call.item(call.node(parent), parent, child, sent.epoch)
+    puts = ctx.calls("put_start", batch_id, settings.put_start_discard_timeout_ms,
+                     default_shard_limit(settings.capacity_bytes))
+    registers = ctx.calls("register", batch_id)
+    for w in todo:
+        checked = "1" if w.checked else "0"
+        if w.suffix is not None:
+            call = puts.add(ctx.shard(w.prefix_hash), w)
+            call.item(call.node(w.prefix_hash), w.prefix_hash, w.suffix, w.size, w.pins,
+                      ctx.token, w.parent or "", sent.epoch, checked)
+        else:
+            call = registers.add(ctx.shard(w.prefix_hash), w)
+            call.item(call.node(w.prefix_hash), w.prefix_hash, w.parent or "", sent.epoch,
+                      checked, len(w.registered), *w.registered)
+    batch = ctx.batch()
+    links.queue(batch)
+    batch.barrier()  # on a cluster the parents must list their children first
+    puts.queue(batch)
+    registers.queue(batch)
+    results = batch.execute()
+    for link, wrote in links.per_item(results):
+        if isinstance(wrote, MooncakeRedisError):
+            raise wrote
+        if int(wrote):
+            sent.pending.append(link)
+    for calls in (puts, registers):
+        for w, outcome in calls.per_item(results):
+            _record(w, outcome, sent.epoch)
+    return sent
+
+
+def _record(w: Write, outcome: object, epoch: int) -> None:
+    """One item's reply: its result, or what to do before sending it again."""
+    w.state, w.epoch = "", epoch
+    if isinstance(outcome, MooncakeRedisError):
+        w.refuse(outcome)
+        return
+    text = str(outcome)
+    if text.startswith("OK"):
+        w.state = text[2:]
+        w.result = Result(w.key)
+        return
+    code, _, detail = text.removeprefix("MCERR_").partition(" ")
+    if code == "FENCED":
+        w.min_epoch = int(detail) + 1
+    elif code == "CYCLE_CHECK":
+        w.state = NEEDS_WALK
+    elif code != "STALE_EPOCH":
+        w.refuse(from_script_error(text, key=w.object_key, prefix_hash=w.prefix_hash))
+
+
+def _after_send(ctx: Context, todo: list[Write]) -> list[Write]:
+    """The items to send again: those with a fenced or stale epoch, and links into nodes
+    with children whose walk up from the parent did not meet the node."""
+    walking = [w for w in todo if w.result is None and w.state == NEEDS_WALK]
+    if walking:
+        intended = {w.prefix_hash: w.parent for w in todo
+                    if w.result is None and w.parent is not None}
+        cycles = walk_finds_cycles(ctx, {w.prefix_hash: w.parent for w in walking
+                                         if w.parent is not None}, intended)
+        for w in walking:
+            if w.prefix_hash in cycles:
+                w.refuse(CycleDetected(
+                    f"linking node {w.prefix_hash} under {w.parent} would make it its own "
+                    "ancestor", key=w.object_key, prefix_hash=w.prefix_hash))
+            else:
+                w.checked = True
+    return [w for w in todo if w.result is None]
+
+
+def _settle(ctx: Context, writes: Sequence[Write], sends: Sequence[_Sent]) -> None:
+    """Every pending link this call recorded ends here: confirmed (a written item raised
+    the child's epoch to at least the link's, and no cycle can close through the link),
+    left for the resolver (flag 'C': its walk confirms it), or settled at once (the
+    resolver's own step: the child keeps it, raising its epoch, or it goes)."""
+    flags: dict[Link, str] = {}
+    written_at: dict[Link, int] = {}
+    for w in writes:
+        if w.link is not None and w.result is not None and w.result.ok and w.state:
+            flags[w.link] = "C" if "C" in (flags.get(w.link, ""), w.state) else "L"
+            written_at[w.link] = max(written_at.get(w.link, 0), w.epoch)
+    confirm: list[tuple[Link, int]] = []
+    settle: list[tuple[Link, int]] = []
+    for sent in sends:
+        for link in sent.pending:
+            flag = flags.get(link)
+            if flag == "C":
+                continue
+            if flag == "L" and sent.epoch <= written_at[link]:
+                confirm.append((link, sent.epoch))
+            else:
+                settle.append((link, sent.epoch))
+    confirm_links(ctx, confirm)
+    if settle:
+        settle_links_now(ctx, settle)

@@ -1,0 +1,114 @@
+"""The fields of a node hash and the packed object value, as Python reads them.
+
+lua/_lib.lua writes them; this module is the reader's half of the same format, kept
+short because every byte of a node hash is paid once per node (docs/ARCHITECTURE.md).
+
+An object value is `1<state>,<size>,<time>,<pins>,<token>`:
+
+- `1` is the format version; `<state>` is `p` (processing) or `c` (complete);
+- `<time>` is the put_start time while processing and the lease end once complete
+  (milliseconds of Redis time);
+- `<pins>` is 0, 1 (soft), 2 (hard) or 3 (both);
+- `<token>` is the writer token of the put_start that made it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+OBJECT_PREFIX = "o:"
+CHILD_PREFIX = "c:"
+"""Children whose hash is not a 64-hex digest are stored as c:<hash>; a 64-hex child is
+stored under its bare hash, which keeps the field at Redis's 64-byte listpack limit."""
+
+COUNTERS = ("nc", "no", "np", "ps", "psn", "nh", "ns", "b", "lm")
+"""Node counters (absent = 0): children, objects, processing objects, latest processing
+start and how many processing objects share it, hard pins, soft pins, bytes, and the
+latest lease end of complete objects."""
+
+NODE_FIELDS = ("p", "pe", *COUNTERS, "lb")
+"""Every non-child, non-object field; lb marks a shell whose children all came from one
+batch (see lua/_lib.lua)."""
+
+SOFT_PIN, HARD_PIN = 1, 2
+STATE_NAMES = {"p": "processing", "c": "complete"}
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_VALUE = re.compile(r"1([pc]),(\d+),(\d+),(\d),(.*)", re.S)
+
+
+def child_field(child_hash: str) -> str:
+    return child_hash if _HEX64.fullmatch(child_hash) else CHILD_PREFIX + child_hash
+
+
+def child_of_field(field: str) -> str | None:
+    """The child hash a node field names, or None if the field is not a child."""
+    if field.startswith(CHILD_PREFIX):
+        return field[len(CHILD_PREFIX):]
+    if len(field) == 64 and _HEX64.fullmatch(field):
+        return field
+    return None
+
+
+def object_field(suffix: str) -> str:
+    return OBJECT_PREFIX + suffix
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """One object's packed metadata, decoded."""
+
+    state: str
+    size: int
+    time_ms: int
+    pins: int
+    token: str
+
+    @property
+    def complete(self) -> bool:
+        return self.state == "complete"
+
+
+def decode_object(value: str) -> StoredObject | None:
+    """None for a value this version cannot read (a newer format)."""
+    match = _VALUE.fullmatch(value)
+    if match is None:
+        return None
+    state, size, time_ms, pins, token = match.groups()
+    return StoredObject(STATE_NAMES[state], int(size), int(time_ms), int(pins), token)
+
+
+def is_complete_value(value: str | None) -> bool:
+    return value is not None and value.startswith("1c,")
+
+
+@dataclass(frozen=True)
+class NodeFields:
+    """A node hash split into its parts."""
+
+    attributes: dict[str, str]
+    children: dict[str, int]
+    """child hash -> link epoch"""
+    objects: dict[str, str]
+    """suffix -> packed value"""
+
+    def counter(self, name: str) -> int:
+        return int(float(self.attributes.get(name, 0)))
+
+
+def split_node(fields: Mapping[str, str]) -> NodeFields:
+    attributes: dict[str, str] = {}
+    children: dict[str, int] = {}
+    objects: dict[str, str] = {}
+    for field, value in fields.items():
+        if field.startswith(OBJECT_PREFIX):
+            objects[field[len(OBJECT_PREFIX):]] = value
+            continue
+        child = child_of_field(field)
+        if child is None:
+            attributes[field] = value
+        else:
+            children[child] = int(value)
+    return NodeFields(attributes, children, objects)
