@@ -292,6 +292,7 @@ end
 -- close through it), 'C' (a new link into a node with children from elsewhere: left
 -- pending for the resolver to confirm after its walk up for a cycle), '' (no parent).
 local function apply_parent(n, parent, epoch, how, batch)
+  n.clear_lb = n.lb ~= nil  -- at finish: later items of this node still read it
   if how == '' then return '' end
   local flag = 'L'
   if how == 'new' then
@@ -301,6 +302,5 @@ local function apply_parent(n, parent, epoch, how, batch)
   elseif epoch > (n.pe or 0) then
     set(n, 'pe', epoch)
   end
-  n.clear_lb = n.lb ~= nil  -- at finish: later items of this node still read it
   return flag
 end

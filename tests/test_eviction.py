@@ -1,7 +1,8 @@
-"""Leaf-first cascading eviction on real Redis (and fakeredis where it behaves the same)."""
+"""Leaf-first cascading eviction, on real Redis, the cluster and fakeredis."""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 
@@ -16,7 +17,6 @@ from mooncake_redis.eviction import (
     TARGET_REACHED,
     Evictor,
 )
-from mooncake_redis.scripts import Scripts
 
 
 def store(index: Index, name: str, parent: str | None = None, size: int = 10,
@@ -35,14 +35,17 @@ def alive(index: Index, *names: str) -> dict[str, bool]:
     return {name: index.get_node(page(name)) is not None for name in names}
 
 
+def redis_now_ms(index: Index) -> int:
+    return index.ctx.redis_time_ms()
+
+
 def test_the_rfc_example_evicts_leaves_first_then_their_parent(index: Index) -> None:
     for name, parent in (("A", None), ("B", "A"), ("C", "A"), ("D", "B"), ("E", "B")):
         store(index, name, parent)
     store(index, "F", "C", lease=True)
     after_each_round: list[dict[str, bool]] = []
-    report = Evictor(index).run(
-        target_ratio=0,
-        on_round=lambda _: after_each_round.append(alive(index, *"ABCDEF")))
+    report = Evictor(index.ctx).run(
+        target_ratio=0, on_round=lambda _: after_each_round.append(alive(index, *"ABCDEF")))
     assert after_each_round[0] == {"A": True, "B": True, "C": True, "D": False, "E": False,
                                    "F": True}
     assert after_each_round[1] == {"A": True, "B": False, "C": True, "D": False, "E": False,
@@ -52,14 +55,33 @@ def test_the_rfc_example_evicts_leaves_first_then_their_parent(index: Index) -> 
     assert_consistent(index)
 
 
+def test_eviction_follows_lease_order_exactly_across_shards(make_index) -> None:
+    """Leaves go oldest first across all 256 shards, and a parent that becomes a leaf
+    competes at once with its own (older) score, as in an in-memory LRU."""
+    index: Index = make_index(leaves_per_round=1)
+    order = []
+    for i in range(12):  # scores: parent-0 < child-0 < parent-1 < child-1 < ...
+        store(index, f"parent-{i}")
+        time.sleep(0.002)
+        store(index, f"child-{i}", f"parent-{i}")
+        time.sleep(0.002)
+        order += [f"child-{i}", f"parent-{i}"]
+    evicted: list[str] = []
+    names = [f"{kind}-{i}" for i in range(12) for kind in ("parent", "child")]
+
+    def record(_: object) -> None:
+        evicted.extend(n for n in names if n not in evicted and not alive(index, n)[n])
+
+    Evictor(index.ctx).run(target_ratio=0, max_rounds=100, on_round=record)
+    assert evicted == order
+
+
 def test_the_tree_is_consistent_after_every_round(make_index) -> None:
     index: Index = make_index(leaves_per_round=7)
-    import random
-
     rng = random.Random(3)
     names = ["root"]
     store(index, "root")
-    for i in range(150):
+    for i in range(120):
         parent = rng.choice(names)
         names.append(f"n{i}")
         store(index, f"n{i}", parent, lease=rng.random() < 0.2)
@@ -67,16 +89,16 @@ def test_the_tree_is_consistent_after_every_round(make_index) -> None:
     def check(_: object) -> None:
         assert_consistent(index)
 
-    report = Evictor(index).run(target_ratio=0, max_rounds=1000, on_round=check)
+    report = Evictor(index.ctx).run(target_ratio=0, max_rounds=1000, on_round=check)
     assert report.stopped == NOTHING_EVICTABLE and report.rounds > 3
-    survivors = [n for n in names if index.get_node(page(n)) is not None]
-    for name in survivors:  # only leased pages and their ancestors may remain
-        subtree = index.get_subtree_keys(page(name))
-        assert any(index.object_info(k).lease_ms > index.client.time()[0] * 1000  # type: ignore[union-attr]
-                   for k in subtree)
+    now = redis_now_ms(index)
+    for name in names:  # only leased pages and their ancestors may remain
+        if index.get_node(page(name)) is not None:
+            subtree = index.get_subtree_keys(page(name))
+            assert any(index.object_info(k).lease_ms > now for k in subtree)  # type: ignore[union-attr]
 
 
-def test_a_leaf_with_a_processing_key_is_never_partly_evicted(make_index) -> None:
+def test_a_leaf_with_a_processing_object_is_never_partly_evicted(make_index) -> None:
     index: Index = make_index(allow_path_breaking_eviction=True)
     prefix_hash = page("half")
     index.put_start(f"{prefix_hash}_0_k", 10)
@@ -90,10 +112,24 @@ def test_a_leaf_with_a_processing_key_is_never_partly_evicted(make_index) -> Non
     assert index.get_node(prefix_hash) is None
 
 
-def test_soft_pins_wait_for_the_second_pass(make_index) -> None:
-    index: Index = make_index(capacity_bytes=100, high_watermark=0.9, eviction_ratio=0.1)
+def test_an_unfinished_object_becomes_evictable_after_the_release_timeout(make_index) -> None:
+    """A zombie (a put_start never finished) at the tip of a chain must not pin the chain."""
+    index: Index = make_index(put_start_release_timeout_ms=1)
+    chain = [store(index, "zombie-root")]
+    for i in range(5):
+        chain.append(store(index, f"zombie-{i}", "zombie-root" if i == 0 else f"zombie-{i - 1}"))
+    tip = page("zombie-tip")
+    index.put_start(f"{tip}_0_k", 10, parent_block_hash=chain[-1])  # never finished
+    time.sleep(0.01)
+    report = index.evict(target_ratio=0)
+    assert report.objects == 7 and index.usage().nodes == 0
+    assert_consistent(index)
+
+
+def test_soft_pins_wait_for_the_second_pass(index: Index) -> None:
     store(index, "soft-and-old", size=40, soft_pin=True)
     store(index, "plain-and-newer", size=50)
+    index.set_config(capacity_bytes=100, high_watermark=0.9, eviction_ratio=0.1)
     report = index.evict()  # 90 used, target 80: one leaf must go
     assert report.stopped == TARGET_REACHED
     assert alive(index, "soft-and-old", "plain-and-newer") == {"soft-and-old": True,
@@ -113,22 +149,20 @@ def test_hard_pins_never_go(make_index) -> None:
     index: Index = make_index(allow_path_breaking_eviction=True)
     store(index, "hard-root", hard_pin=True)
     store(index, "hard", "hard-root", hard_pin=True)
-    index.set_config(enable_radix_tree=False)
     index.put_start("outside", 5, hard_pin=True)
     index.put_end("outside")
-    index.set_config(enable_radix_tree=True)
     assert index.evict(target_ratio=0).objects == 0
     assert index.usage().objects == 3
 
 
-def test_a_read_keeps_its_leaf_and_the_oldest_unread_leaf_goes_first(make_index) -> None:
-    index: Index = make_index(capacity_bytes=30, high_watermark=0.9, eviction_ratio=0.2)
+def test_a_read_keeps_its_leaf_and_the_oldest_unread_leaf_goes_first(index: Index) -> None:
     for name in ("oldest", "read", "newest"):
         store(index, name)
         time.sleep(0.003)  # distinct completion times (scores are in ms)
     index.get(f"{page('read')}_0_k")
-    leaves = index.schema.shard_keys(page("read")[:2]).leaves
-    assert index.client.zscore(leaves, page("read")) > index.client.time()[0] * 1000
+    leaves = index.ctx.schema.shard_keys(page("read")[:2]).leaves
+    assert index.client.zscore(leaves, page("read")) > redis_now_ms(index)
+    index.set_config(capacity_bytes=30, high_watermark=0.9, eviction_ratio=0.2)
     index.evict()  # 30 used, target 21: one leaf
     assert alive(index, "oldest", "read", "newest") == {"oldest": False, "read": True,
                                                         "newest": True}
@@ -136,21 +170,35 @@ def test_a_read_keeps_its_leaf_and_the_oldest_unread_leaf_goes_first(make_index)
     assert alive(index, "read", "newest") == {"read": True, "newest": False}
 
 
-def test_registration_under_a_chosen_leaf_saves_it(index: Index, monkeypatch) -> None:
+def test_a_child_registered_under_a_chosen_leaf_saves_it(index: Index, monkeypatch) -> None:
     store(index, "parent")
-    original = Scripts.evict_leaves
+    original = Evictor._evict
 
-    def register_child_first(self, batch, shard, leaves, soft):  # type: ignore[no-untyped-def]
+    def register_child_first(self, chosen, *args):  # type: ignore[no-untyped-def]
         store(index, "late-child", "parent", lease=True)  # between choice and eviction
-        monkeypatch.setattr(Scripts, "evict_leaves", original)
-        return original(self, batch, shard, leaves, soft)
+        monkeypatch.setattr(Evictor, "_evict", original)
+        return original(self, chosen, *args)
 
-    monkeypatch.setattr(Scripts, "evict_leaves", register_child_first)
+    monkeypatch.setattr(Evictor, "_evict", register_child_first)
     report = index.evict(target_ratio=0)
     assert report.objects == 0 and report.stopped == NOTHING_EVICTABLE
     node = index.get_node(page("parent"))
     assert node is not None and node.children == [page("late-child")]
     assert_consistent(index)
+
+
+def test_a_lease_granted_after_the_choice_sends_the_leaf_back(index: Index, monkeypatch) -> None:
+    store(index, "read-late")
+    original = Evictor._evict
+
+    def read_first(self, chosen, *args):  # type: ignore[no-untyped-def]
+        index.get(f"{page('read-late')}_0_k")
+        monkeypatch.setattr(Evictor, "_evict", original)
+        return original(self, chosen, *args)
+
+    monkeypatch.setattr(Evictor, "_evict", read_first)
+    assert index.evict(target_ratio=0).objects == 0
+    assert alive(index, "read-late") == {"read-late": True}
 
 
 def test_registration_racing_eviction_leaves_a_consistent_tree(redis_url: str) -> None:
@@ -163,7 +211,7 @@ def test_registration_racing_eviction_leaves_a_consistent_tree(redis_url: str) -
     def evict_continuously() -> None:
         try:
             while not stop.is_set():
-                Evictor(index).run(target_ratio=0, max_rounds=50)
+                Evictor(index.ctx).run(target_ratio=0, max_rounds=50)
         except BaseException as error:  # surfaced below
             errors.append(error)
 
@@ -176,6 +224,7 @@ def test_registration_racing_eviction_leaves_a_consistent_tree(redis_url: str) -
         stop.set()
         thread.join()
     assert not errors
+    writer.close()
     assert_consistent(index)
 
 
@@ -184,19 +233,19 @@ def test_only_one_job_evicts_at_a_time(index: Index, monkeypatch) -> None:
         store(index, f"leaf-{i}")
     active, most_active = [0], [0]
     lock = threading.Lock()
-    original = Evictor.round
+    original = Evictor._round
 
-    def tracked(self, need):  # type: ignore[no-untyped-def]
+    def tracked(self, *args):  # type: ignore[no-untyped-def]
         with lock:
             active[0] += 1
             most_active[0] = max(most_active[0], active[0])
         try:
-            return original(self, need)
+            return original(self, *args)
         finally:
             with lock:
                 active[0] -= 1
 
-    monkeypatch.setattr(Evictor, "round", tracked)
+    monkeypatch.setattr(Evictor, "_round", tracked)
     index.set_config(leaves_per_round=1)
     reports = []
     threads = [threading.Thread(target=lambda: reports.append(index.evict(target_ratio=0)))
@@ -211,38 +260,46 @@ def test_only_one_job_evicts_at_a_time(index: Index, monkeypatch) -> None:
 
 def test_a_held_lock_makes_a_job_stop_without_evicting(index: Index) -> None:
     store(index, "leaf")
-    index.client.set(index.schema.eviction_lock, "someone-else", px=60_000)
+    index.client.set(index.ctx.schema.eviction_lock, "someone-else", px=60_000)
     report = index.evict(target_ratio=0)
     assert report.stopped == LOCK_HELD and report.objects == 0
-    assert index.client.get(index.schema.eviction_lock) == "someone-else"
+    assert index.client.get(index.ctx.schema.eviction_lock) == "someone-else"
 
 
-def test_plain_lease_ordered_eviction_without_the_tree(make_index) -> None:
-    index: Index = make_index(enable_radix_tree=False, capacity_bytes=100, high_watermark=0.9,
-                              eviction_ratio=0.2)
+def test_lease_ordered_eviction_without_the_tree(make_index) -> None:
+    index: Index = make_index(enable_radix_tree=False)
     for i in range(10):
         index.put_start(f"obj-{i}", 10, soft_pin=i == 0)
         index.put_end(f"obj-{i}")
+        time.sleep(0.002)
     index.get("obj-1")
+    index.set_config(capacity_bytes=100, high_watermark=0.9, eviction_ratio=0.2)
     report = index.evict()  # 100 used, target 70
-    assert report.fallback_objects == 3 and report.stopped == TARGET_REACHED
+    assert report.objects == 3 and report.stopped == TARGET_REACHED
     assert index.batch_is_exist([f"obj-{i}" for i in range(10)]) == [
         True, True, False, False, False, True, True, True, True, True]
     assert_consistent(index)
 
 
-def test_path_breaking_fallback_only_when_allowed(make_index) -> None:
-    index: Index = make_index()
+def test_path_breaking_eviction_only_when_allowed(index: Index) -> None:
     store(index, "interior")
     store(index, "leased-child", "interior", lease=True)
     assert index.evict(target_ratio=0).objects == 0
     index.set_config(allow_path_breaking_eviction=True)
     report = index.evict(target_ratio=0)
-    assert report.fallback_objects == 1
+    assert report.objects == 1 and report.interior_nodes == 1
     node = index.get_node(page("interior"))
     assert node is not None and node.is_shell and node.children == [page("leased-child")]
     assert index.match_prefix([page("interior"), page("leased-child")]) == 0
     assert_consistent(index)
+
+
+def test_every_eviction_is_announced_on_the_shards_events_stream(index: Index) -> None:
+    leaf = store(index, "announced")
+    index.evict(target_ratio=0)
+    events = index.client.xrange(index.ctx.schema.shard_keys(leaf[:2]).events)
+    kinds = [(fields["type"], fields["key"]) for _, fields in events]
+    assert kinds == [("stored", f"{leaf}_0_k"), ("evicted", f"{leaf}_0_k")]
 
 
 def test_targets(make_index) -> None:
@@ -252,6 +309,6 @@ def test_targets(make_index) -> None:
         unlimited.evict(target_ratio=0.5)
     with pytest.raises(InvalidArgument):
         unlimited.evict(target_ratio=1.5)
-    bounded: Index = make_index(namespace="bounded", capacity_bytes=1000)
+    bounded: Index = make_index(namespace="bounded", capacity_bytes=256_000)
     store(bounded, "x", size=100)
     assert bounded.evict().stopped == TARGET_REACHED and bounded.usage().objects == 1
