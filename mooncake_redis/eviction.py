@@ -42,6 +42,10 @@ NO_CAPACITY = "capacity is unlimited: nothing to do without an explicit target"
 MIN_HEAD_PER_SHARD = 8
 """Each refill reads at least this many leaves of a shard's index."""
 
+USAGE_REREAD_ROUNDS = 8
+"""A job counts down from the bytes it frees and re-reads the shards' usage (256 reads)
+every this many rounds, and before it stops at the target."""
+
 INTERIOR_SCAN_COUNT = 1000
 """Path-breaking eviction: SCAN COUNT per round (it looks for interior nodes by scanning)."""
 
@@ -202,12 +206,16 @@ class Evictor:
                 report.stopped = TARGET_REACHED
                 return
             self._lock(token, "renew")
+            before = report.bytes
             freed = self._round(passes, report.used_bytes - target, report)
+            freed_bytes = report.bytes - before
             if not freed:
                 report.stopped = NOTHING_EVICTABLE
                 return
             report.rounds += 1
-            report.used_bytes = usage(self.ctx).used_bytes
+            report.used_bytes -= freed_bytes
+            if report.rounds % USAGE_REREAD_ROUNDS == 0 or report.used_bytes <= target:
+                report.used_bytes = usage(self.ctx).used_bytes  # puts meanwhile count too
             if on_round is not None:
                 on_round(report)
         if report.used_bytes <= target:

@@ -74,11 +74,11 @@ class _Shard:
 def check(ctx: Context, repair: bool = False, shards: Sequence[str] | None = None,
           progress: Callable[[int], None] | None = None) -> FsckReport:
     """Check (and with repair=True, repair) the given shards (default: all). Links are
-    checked from the nodes of those shards; cycles only in a full run."""
+    checked from the nodes of those shards, cycles among them."""
     checker = _Checker(ctx, repair)
-    if repair:
-        checker.report.resolver = resolve(ctx, grace_ms=0)
     todo = list(shards) if shards is not None else list(ctx.all_shards())
+    if repair:
+        checker.report.resolver = resolve(ctx, grace_ms=0, shards=todo)
     writes_before = checker.read_writes(todo)
     node_keys: dict[str, list[str]] = defaultdict(list)
     for page in scan_node_keys(ctx):
@@ -86,16 +86,15 @@ def check(ctx: Context, repair: bool = False, shards: Sequence[str] | None = Non
             node_keys[key.split("{", 1)[1][:2]].append(key)
     parents: dict[str, str | None] = {}
     for start in range(0, len(todo), SHARDS_PER_STEP):
-        group = [checker.read_shard(s, writes_before[s], node_keys.get(s, []))
-                 for s in todo[start:start + SHARDS_PER_STEP]]
+        names = todo[start:start + SHARDS_PER_STEP]
+        group = checker.read_shards(names, writes_before, node_keys)
         for shard in group:
             checker.check_shard(shard)
             parents.update((h, n.attributes.get("p")) for h, n in shard.nodes.items())
         checker.check_links(group)
         if progress is not None:
             progress(len(group))
-    if shards is None:
-        checker.check_cycles(parents)
+    checker.check_cycles(parents)
     ctx.flush()
     return checker.report
 
@@ -113,22 +112,30 @@ class _Checker:
             batch.command("HGET", self.ctx.schema.shard_keys(shard).stats, "writes")
         return {s: w or "0" for s, w in zip(shards, batch.execute())}
 
-    def read_shard(self, name: str, writes: str, node_keys: list[str]) -> _Shard:
-        keys = self.ctx.schema.shard_keys(name)
+    def read_shards(self, names: Sequence[str], writes: dict[str, str],
+                    node_keys: dict[str, list[str]]) -> list[_Shard]:
+        """A group of shards, indexes and nodes, in one round trip."""
         batch = self.ctx.batch()
-        batch.command("HGETALL", keys.stats)
-        batch.command("ZRANGE", keys.leaves, 0, -1, "WITHSCORES")
-        batch.command("ZRANGE", keys.soft_leaves, 0, -1, "WITHSCORES")
-        batch.command("ZRANGE", keys.pending, 0, -1)
-        for key in node_keys:
-            batch.command("HGETALL", key)
-        stats, leaves, soft, pending, *nodes = batch.execute()
-        shard = _Shard(name, writes, stats, dict(score_pairs(leaves)), dict(score_pairs(soft)),
-                       set(pending))
-        for key, fields in zip(node_keys, nodes):
-            if fields:
-                shard.nodes[self.ctx.schema.hash_of_node_key(key)] = split_node(fields)
-        return shard
+        for name in names:
+            keys = self.ctx.schema.shard_keys(name)
+            batch.command("HGETALL", keys.stats)
+            batch.command("ZRANGE", keys.leaves, 0, -1, "WITHSCORES")
+            batch.command("ZRANGE", keys.soft_leaves, 0, -1, "WITHSCORES")
+            batch.command("ZRANGE", keys.pending, 0, -1)
+            for key in node_keys.get(name, []):
+                batch.command("HGETALL", key)
+        replies = iter(batch.execute())
+        shards = []
+        for name in names:
+            stats, leaves, soft, pending = (next(replies) for _ in range(4))
+            shard = _Shard(name, writes[name], stats, dict(score_pairs(leaves)),
+                           dict(score_pairs(soft)), set(pending))
+            for key in node_keys.get(name, []):
+                fields = next(replies)
+                if fields:
+                    shard.nodes[self.ctx.schema.hash_of_node_key(key)] = split_node(fields)
+            shards.append(shard)
+        return shards
 
     def check_shard(self, shard: _Shard) -> None:
         report = self.report

@@ -226,19 +226,22 @@ def break_cycles(ctx: Context, links: Mapping[str, tuple[str, str]],
     return report.cycles_broken - before
 
 
-def resolve(ctx: Context, grace_ms: int | None = None, budget: int = 100_000) -> ResolverReport:
+def resolve(ctx: Context, grace_ms: int | None = None, budget: int = 100_000,
+            shards: Sequence[str] | None = None) -> ResolverReport:
     """The resolver: finish unlink intents and settle pending links older than the grace
     period, pass after pass, until none is left (bounded by `budget` entries). Runs inside
-    every eviction job and in `fsck --repair` (grace 0: at quiescence nothing dangles)."""
+    every eviction job and in `fsck --repair` (grace 0: at quiescence nothing dangles).
+    `shards` limits where it looks (default: all)."""
     grace = ctx.settings.resolver_grace_ms if grace_ms is None else grace_ms
     report = ResolverReport()
+    where = ctx.all_shards() if shards is None else tuple(shards)
     while budget > 0:
         cutoff = ctx.redis_time_ms() - grace
         intents = [(parent, child, epoch) for child, parent, epoch
-                   in _old_entries(ctx, "outbox", cutoff)]
+                   in _old_entries(ctx, "outbox", cutoff, where)]
         cascade(ctx, intents)
         report.intents += len(intents)
-        pending = _old_entries(ctx, "pending", cutoff)
+        pending = _old_entries(ctx, "pending", cutoff, where)
         resolve_links(ctx, pending, report)
         ctx.flush()
         budget -= len(intents) + len(pending)
@@ -247,9 +250,10 @@ def resolve(ctx: Context, grace_ms: int | None = None, budget: int = 100_000) ->
     return report
 
 
-def _old_entries(ctx: Context, index: str, cutoff: int) -> list[Intent]:
+def _old_entries(ctx: Context, index: str, cutoff: int, shards: Sequence[str]
+                 ) -> list[Intent]:
     batch = ctx.batch()
-    for shard in ctx.all_shards():
+    for shard in shards:
         key = getattr(ctx.schema.shard_keys(shard), index)
         batch.command("ZRANGEBYSCORE", key, "-inf", cutoff, "LIMIT", 0, RESOLVER_PAGE)
     entries: list[Intent] = []

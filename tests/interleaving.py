@@ -1,0 +1,355 @@
+"""Stateless model checking of the real protocol: every interleaving of a few operations,
+step by step, with crashes, over the real Python code and the real Lua scripts.
+
+Each operation runs in its own thread with its own Index (its own writer token and
+connections). Its executor is gated: before every Redis call that may write (and before
+every run of consecutive reads, which counts as one step) the thread parks until the
+scheduler lets it go. A schedule is a sequence of choices: "let operation i take its next
+step", or "crash operation i" (it never runs again, as a client killed between two
+steps). Every schedule is run from a fresh database; invariant S is checked after every
+step, and after the last one the resolver runs (as an eviction job or fsck --repair would)
+and fsck checks every invariant.
+
+Two steps of different operations that touch different shards (or only read) commute, so
+only one of their orders is explored (sleep sets, Godefroid 1996): the reduction keeps
+every reachable state and outcome, and makes the scenarios cheap enough for CI. Epochs
+come from one logical clock per run, so a schedule always replays the same way.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from mooncake_redis import (
+    CycleDetected,
+    Index,
+    InvalidObjectState,
+    ObjectAlreadyExists,
+    ObjectLeased,
+    ObjectNotFound,
+    ParentConflict,
+)
+from mooncake_redis.executor import Queued, tag_of
+from mooncake_redis.fsck import check
+from mooncake_redis.links import resolve
+from mooncake_redis.values import split_node
+
+Operation = Callable[[Index], Any]
+
+EXPECTED_REFUSALS = (CycleDetected, ParentConflict, ObjectAlreadyExists, ObjectNotFound,
+                     ObjectLeased, InvalidObjectState)
+"""Refusals an operation may meet under concurrency; anything else it raises is a bug."""
+
+
+class Crashed(BaseException):
+    """Raised in an operation's thread at the step where the schedule crashes it."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    op: int
+    crash: bool = False
+
+    def __str__(self) -> str:
+        return f"{'crash' if self.crash else 'step'} {self.op}"
+
+
+@dataclass(frozen=True)
+class Step:
+    """What an operation's next step touches."""
+
+    label: str
+    tags: frozenset[str]
+    writes: bool
+
+
+def independent(a: Choice, b: Choice, steps: dict[int, Step]) -> bool:
+    """Whether two choices commute: steps of different operations on different shards, or
+    reads only. A crash commutes with nothing (explored in every position)."""
+    if a.crash or b.crash or a.op == b.op:
+        return False
+    first, second = steps[a.op], steps[b.op]
+    return not (first.writes or second.writes) or not (first.tags & second.tags)
+
+
+class Gate:
+    """Lets one operation thread run at a time, to its next Redis step."""
+
+    def __init__(self) -> None:
+        self.cv = threading.Condition()
+        self.parked: dict[int, Step] = {}
+        self.granted: int | None = None
+        self.crashing: set[int] = set()
+        self.finished: set[int] = set()
+
+    def step(self, op: int, step: Step) -> None:
+        with self.cv:
+            self.parked[op] = step
+            self.cv.notify_all()
+            while self.granted != op and op not in self.crashing:
+                self.cv.wait()
+            del self.parked[op]
+            if op in self.crashing:
+                raise Crashed
+            self.granted = None
+
+    def finish(self, op: int) -> None:
+        with self.cv:
+            self.finished.add(op)
+            self.cv.notify_all()
+
+    def settle(self, ops: int) -> None:
+        """Wait until every operation is parked or finished."""
+        with self.cv:
+            while len(self.parked) + len(self.finished) < ops or self.granted is not None:
+                self.cv.wait()
+
+    def go(self, choice: Choice, ops: int) -> None:
+        with self.cv:
+            if choice.crash:
+                self.crashing.add(choice.op)
+            else:
+                self.granted = choice.op
+            self.cv.notify_all()
+            while choice.crash and choice.op not in self.finished:
+                self.cv.wait()
+        self.settle(ops)
+
+
+class LogicalClock:
+    """Link epochs from one counter per run: deterministic in the schedule's order."""
+
+    def __init__(self, base_ms: int):
+        self.value = base_ms
+
+    def next(self, at_least: int = 0) -> int:
+        self.value = max(self.value + 1, at_least)
+        return self.value
+
+    def needs_sync(self) -> bool:
+        return False
+
+
+class Slot:
+    """One operation's Index, reused across runs; each run gives it a fresh gate."""
+
+    def __init__(self, url: str, namespace: str, number: int):
+        self.number = number
+        self.index = Index.from_url(url, namespace=namespace)
+        self.gate = Gate()
+        run = self.index.ctx.executor.run
+
+        def run_in_steps(queued: Sequence[Queued]) -> list[Any]:
+            results: list[Any] = []
+            start = 0
+            while start < len(queued):
+                end = start + 1
+                if not queued[start].writes:
+                    while end < len(queued) and not queued[end].writes:
+                        end += 1
+                part = queued[start:end]
+                self.gate.step(self.number, Step(
+                    part[0].name, frozenset(tag_of(q.routing_key) for q in part if q.routing_key),
+                    any(q.writes for q in part)))
+                results += run(part)
+                start = end
+            return results
+
+        self.index.ctx.executor.run = run_in_steps  # type: ignore[method-assign]
+
+    def reset(self, gate: Gate, clock: LogicalClock) -> None:
+        ctx = self.index.ctx
+        self.gate = gate
+        ctx._deferred.clear()
+        ctx._clock = clock  # type: ignore[assignment]
+        ctx.reload_settings()
+
+
+@dataclass
+class Node:
+    """A decision point of one explored path."""
+
+    prefix: list[Choice]
+    enabled: list[Choice]
+    steps: dict[int, Step]
+    sleep: frozenset[Choice]
+    explored: list[Choice] = field(default_factory=list)
+
+
+@dataclass
+class Scenario:
+    """Operations to interleave on a namespace prepared by `setup`."""
+
+    name: str
+    setup: Operation
+    ops: list[Operation]
+    crashable: Sequence[int] = ()
+    max_crashes: int = 1
+    check_end: Callable[[Index, dict[int, Any]], None] | None = None
+    """Called after the resolver with the observer and each operation's outcome."""
+    shards: Sequence[str] = ()
+    """The shards the scenario's nodes live in: the final resolver and fsck look there."""
+    preemptions: int | None = None
+    """At most this many switches away from an operation that could go on (None: no
+    bound). Bounded exploration covers every schedule with that few preemptions, which
+    is where concurrency bugs are found in practice (Musuvathi & Qadeer, CHESS)."""
+
+
+def invariant_s(index: Index) -> list[str]:
+    """Invariant S: a live node naming a parent is listed by that parent, which lives."""
+    client = index.client
+    keys = client.keys(index.ctx.schema.node_pattern())  # a test database of a few keys
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.hgetall(key)
+    nodes = {index.ctx.schema.hash_of_node_key(key): split_node(fields)
+             for key, fields in zip(keys, pipe.execute())}
+    broken = []
+    for child, node in nodes.items():
+        parent = node.attributes.get("p")
+        if parent is None:
+            continue
+        if parent not in nodes:
+            broken.append(f"{child[:8]} names {parent[:8]}, which does not exist")
+        elif child not in nodes[parent].children:
+            broken.append(f"{child[:8]} names {parent[:8]}, which does not list it")
+    return broken
+
+
+class Explorer:
+    def __init__(self, url: str, scenario: Scenario, namespace: str = "mc-check"):
+        self.url = url
+        self.scenario = scenario
+        self.namespace = namespace
+        self.runs = 0
+        self.states = 0
+        self.client = redis.Redis.from_url(url)
+        self.slots = [Slot(url, namespace, n) for n in range(len(scenario.ops))]
+        self.observer = Index.from_url(url, namespace=namespace)
+
+    def explore(self, max_runs: int = 5_000) -> int:
+        """Run schedules until every reachable state (up to commuting steps) is covered;
+        raise AssertionError naming the first schedule that breaks an invariant. Returns
+        how many schedules ran."""
+        stack = self.run([], frozenset())
+        while stack:
+            node = stack[-1]
+            alternative = next((c for c in node.enabled
+                                if c not in node.sleep and c not in node.explored), None)
+            if alternative is None:
+                stack.pop()
+                continue
+            sleep = frozenset(s for s in node.sleep | set(node.explored)
+                              if independent(s, alternative, node.steps))
+            node.explored.append(alternative)
+            stack += self.run(node.prefix + [alternative], sleep)
+            if self.runs >= max_runs:
+                raise AssertionError(f"{self.scenario.name}: more than {max_runs} schedules")
+        return self.runs
+
+    def run(self, prefix: list[Choice], sleep: frozenset[Choice]) -> list[Node]:
+        """Replay prefix, then extend it (first choice not asleep) to the end; returns the
+        decision points after the prefix."""
+        self.runs += 1
+        self.client.flushdb()
+        scenario = self.scenario
+        scenario.setup(self.observer)
+        self.observer.ctx.reload_settings()
+        gate = Gate()
+        clock = LogicalClock(self.observer.ctx.redis_time_ms())
+        outcomes: dict[int, Any] = {}
+        threads = []
+        for slot, op in zip(self.slots, scenario.ops):
+            slot.reset(gate, clock)
+            threads.append(threading.Thread(target=self._operate, args=(slot, op, outcomes),
+                                            daemon=True))
+        for started, thread in enumerate(threads, 1):
+            thread.start()  # one at a time: each draws its first epoch in a fixed order
+            gate.settle(started)
+        choices: list[Choice] = []
+        labels: list[str] = []
+        nodes: list[Node] = []
+        crashes = preemptions = 0
+        while len(gate.finished) < len(threads):
+            running = choices[-1].op if choices and not choices[-1].crash else None
+            enabled = [Choice(op) for op in sorted(gate.parked)]
+            if scenario.preemptions is not None and running in gate.parked \
+                    and preemptions >= scenario.preemptions:
+                enabled = [Choice(running)]  # type: ignore[arg-type]
+            if crashes < scenario.max_crashes:
+                enabled += [Choice(op, True) for op in sorted(gate.parked)
+                            if op in scenario.crashable]
+            steps = dict(gate.parked)
+            if len(choices) < len(prefix):
+                choice = prefix[len(choices)]
+            else:
+                awake = [c for c in enabled if c not in sleep]
+                if not awake:
+                    break  # every continuation is covered by an explored sibling
+                choice = awake[0]
+                nodes.append(Node(list(choices), enabled, steps, sleep, [choice]))
+                sleep = frozenset(s for s in sleep if independent(s, choice, steps))
+            labels.append(f"{choice} {steps[choice.op].label}")
+            if not choice.crash and running in gate.parked and choice.op != running:
+                preemptions += 1
+            choices.append(choice)
+            crashes += choice.crash
+            gate.go(choice, len(threads))
+            self.states += 1
+            broken = invariant_s(self.observer)
+            if broken:
+                raise AssertionError(self._describe("invariant S broken", labels, broken))
+        else:
+            self._check_end(threads, outcomes, labels)
+        self._stop(gate, threads)
+        return nodes
+
+    def _check_end(self, threads: list[threading.Thread], outcomes: dict[int, Any],
+                   labels: list[str]) -> None:
+        for thread in threads:
+            thread.join()
+        for number, outcome in sorted(outcomes.items()):
+            if isinstance(outcome, Exception) and not isinstance(outcome, EXPECTED_REFUSALS):
+                raise AssertionError(self._describe(f"operation {number} failed: {outcome!r}",
+                                                    labels, []))
+        resolve(self.observer.ctx, grace_ms=0, shards=self.scenario.shards)
+        report = check(self.observer.ctx, shards=self.scenario.shards)
+        if not report.clean:
+            raise AssertionError(self._describe("not consistent after the resolver", labels,
+                                                [f"{k}: {d}" for k, d in report.problems]))
+        if self.scenario.check_end is not None:
+            try:
+                self.scenario.check_end(self.observer, outcomes)
+            except AssertionError as error:
+                raise AssertionError(self._describe(f"end check: {error}", labels, [])) \
+                    from None
+
+    @staticmethod
+    def _stop(gate: Gate, threads: list[threading.Thread]) -> None:
+        """Crash whatever still waits (a path cut short by its sleep set)."""
+        with gate.cv:
+            gate.crashing.update(range(len(threads)))
+            gate.cv.notify_all()
+        for thread in threads:
+            thread.join()
+
+    @staticmethod
+    def _operate(slot: Slot, op: Operation, outcomes: dict[int, Any]) -> None:
+        try:
+            outcomes[slot.number] = op(slot.index)
+            slot.index.close()
+        except Crashed as crashed:
+            outcomes[slot.number] = crashed
+        except Exception as error:  # judged by the explorer
+            outcomes[slot.number] = error
+        finally:
+            slot.gate.finish(slot.number)
+
+    def _describe(self, what: str, labels: list[str], details: list[str]) -> str:
+        return (f"{self.scenario.name}: {what} after schedule #{self.runs}:\n  "
+                + "\n  ".join(labels) + ("\n" + "\n".join(details) if details else ""))
