@@ -16,6 +16,7 @@ from helpers import page
 
 from mooncake_redis import Index
 from mooncake_redis.cli import main
+from mooncake_redis.fsck import check
 from mooncake_redis.urls import RedisCli, safe_url
 
 A, B, C = page("a"), page("b"), page("c")
@@ -123,6 +124,29 @@ def test_the_printed_redis_cli_commands_show_the_raw_data(
     assert float(zscore.stdout) == index.get_node(B).eviction_score  # type: ignore[union-attr]
 
 
+def test_read_only_commands_write_nothing(redis_url: str, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    admin = redis.Redis.from_url(redis_url)
+    build(Index.from_url(redis_url, namespace="ro"))
+    # a user that may only read: any write a command tried would fail it with NOPERM
+    admin.execute_command("ACL", "SETUSER", "reader", "reset", "on", ">reader-pw", "~*",
+                          "+@read", "+time", "+ping", "+client", "+config|get", "+info")
+    url = redis_url.replace("redis://", "redis://reader:reader-pw@")
+    monkeypatch.setenv("MOONCAKE_REDIS_CAPACITY_BYTES", "1GiB")  # must not be stored
+    before = snapshot(admin)
+    for namespace in ("ro", "fresh"):
+        common = ["--url", url, "--namespace", namespace]
+        assert main([*common, "stats"]) == 0
+        assert main([*common, "inspect", A]) == (0 if namespace == "ro" else 1)
+        assert main([*common, "tree", A]) == (0 if namespace == "ro" else 1)
+        assert main([*common, "fsck", "--quiet"]) == 0
+        assert main([*common, "config", "get"]) == 0
+        assert main([*common, "doctor"]) == 1  # the tests' server persists nothing
+    assert "NOPERM" not in capsys.readouterr().err
+    assert snapshot(admin) == before
+    assert not admin.exists("fresh:settings")
+
+
 def test_config_set_stores_settings_and_refuses_what_would_strand_data(
         redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     index = Index.from_url(redis_url, namespace="conf")
@@ -141,6 +165,29 @@ def test_config_set_stores_settings_and_refuses_what_would_strand_data(
     assert usage_error.value.code == 2
     assert main([*common, "config", "get", "no_such_setting"]) == 2
     assert index.client.hget("conf:settings", "prefix_extractor") is None
+
+
+# -- fsck ----------------------------------------------------------------------------------
+
+
+def test_fsck_finds_a_dangling_child_and_repair_fixes_it(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    index = Index.from_url(redis_url, namespace="fs")
+    build(index)
+    common = ["--url", redis_url, "--namespace", "fs", "fsck", "--quiet"]
+    assert main(common) == 0 and "clean" in capsys.readouterr().out
+    # what a crashed writer leaves: the parent lists a child that was never written
+    node = index.ctx.schema.node(A)
+    index.client.hset(node, mapping={page("never"): 1, "nc": 3})
+    before = snapshot(index.client)
+    assert main(common) == 1
+    out = capsys.readouterr().out
+    assert "dangling_child: 1" in out and page("never") in out
+    assert snapshot(index.client) == before  # fsck without --repair reads only
+    assert main([*common, "--repair"]) == 0
+    out = capsys.readouterr().out
+    assert "repaired dangling_link: 1" in out and "clean after repair" in out
+    assert check(index.ctx).clean
 
 
 # -- errors and URLs ---------------------------------------------------------------------
