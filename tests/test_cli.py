@@ -12,11 +12,15 @@ from urllib.parse import urlsplit
 
 import pytest
 import redis
+import rq
 from helpers import page
+from mooncake_redis.workers.jobs import ENV_QUEUE_URL, QUEUE_NAME
 
 from mooncake_redis import Index
 from mooncake_redis.cli import main
+from mooncake_redis.eviction import LOCK_HELD, TARGET_REACHED
 from mooncake_redis.fsck import check
+from mooncake_redis.settings import ENV_URL
 from mooncake_redis.urls import RedisCli, safe_url
 
 A, B, C = page("a"), page("b"), page("c")
@@ -165,6 +169,72 @@ def test_config_set_stores_settings_and_refuses_what_would_strand_data(
     assert usage_error.value.code == 2
     assert main([*common, "config", "get", "no_such_setting"]) == 2
     assert index.client.hget("conf:settings", "prefix_extractor") is None
+
+
+# -- evict, worker, monitor --------------------------------------------------------------
+
+
+def fill(index: Index, pages: int, size: int = 10) -> None:
+    parent = None
+    for number in range(pages):
+        prefix_hash = page(f"fill-{number}")
+        index.put_start(f"{prefix_hash}_0_k", size, parent_block_hash=parent)
+        index.put_end(f"{prefix_hash}_0_k")
+        parent = prefix_hash
+
+
+def test_evict_reports_and_exits_1_when_it_could_not_run(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    index = Index.from_url(redis_url, namespace="ev", capacity_bytes=1 << 20)
+    fill(index, 10, size=100)
+    common = ["--url", redis_url, "--namespace", "ev", "evict", "--quiet"]
+    index.client.set(index.ctx.schema.eviction_lock, "another-job", px=10_000)
+    assert main([*common, "--target", "0.5"]) == 1
+    assert f"stopped:          {LOCK_HELD}" in capsys.readouterr().out
+    index.client.delete(index.ctx.schema.eviction_lock)
+
+    assert main([*common, "--target", "0.0"]) == 0
+    out = capsys.readouterr().out
+    assert f"stopped:          {TARGET_REACHED}" in out
+    assert "leaves evicted:   10" in out and "objects evicted:  10" in out
+    assert "interior nodes:   0" in out and "resolver:         0 unlinks finished" in out
+    assert index.usage().objects == 0 and check(index.ctx).clean
+
+
+def test_worker_runs_a_queued_job_on_the_url_it_was_given(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    queue_url = redis_url.rsplit("/", 1)[0] + "/1"
+    index = Index.from_url(redis_url, namespace="wk", capacity_bytes=1 << 20,
+                           queue_url=queue_url)
+    fill(index, 10)
+    index.set_config(capacity_bytes=100)  # 100 bytes used: above the high watermark
+    from mooncake_redis.workers.jobs import request_eviction
+
+    assert request_eviction(index.ctx)
+    monkeypatch.setenv(ENV_QUEUE_URL, queue_url)
+    monkeypatch.setenv(ENV_URL, "memory://not-this-one")  # --url wins, for jobs too
+    assert main(["--url", redis_url, "--namespace", "wk", "worker", "--burst"]) == 0
+    assert index.usage().used_bytes <= 85
+    assert len(rq.Queue(QUEUE_NAME, connection=redis.Redis.from_url(queue_url))) == 0
+    assert "persists nothing" in capsys.readouterr().err  # doctor's warnings at start
+
+
+def test_monitor_enqueues_above_the_watermark_and_needs_a_queue(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    index = Index.from_url(redis_url, namespace="mon", capacity_bytes=1 << 20)
+    fill(index, 10)
+    index.set_config(capacity_bytes=100)
+    common = ["--url", redis_url, "--namespace", "mon", "monitor", "--interval", "0",
+              "--iterations", "2"]
+    assert main(common) == 2
+    assert ENV_QUEUE_URL in capsys.readouterr().err
+    queue_url = redis_url.rsplit("/", 1)[0] + "/1"
+    monkeypatch.setenv(ENV_QUEUE_URL, queue_url)
+    assert main(common) == 0
+    assert "1 eviction job enqueued" in capsys.readouterr().out  # one queued at a time
+    assert len(rq.Queue(QUEUE_NAME, connection=redis.Redis.from_url(queue_url))) == 1
 
 
 # -- fsck ----------------------------------------------------------------------------------
