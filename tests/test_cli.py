@@ -64,6 +64,45 @@ def build(index: Index) -> None:
     index.put_start(f"{C}_0_k", 512, parent_block_hash=A, soft_pin=True)
 
 
+# -- demo --------------------------------------------------------------------------------
+
+
+def test_demo_runs_on_the_in_process_default_and_says_so() -> None:
+    result = run_cli("demo", "--conversations", "2", "--turns", "2")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "on the in-process memory:// store" in out and "namespace 'demo'" in out
+    assert "request   1  chat 1 turn 1:  13 pages,   0 reused,  13 stored" in out
+    assert "request   2  chat 2 turn 1:  12 pages,   8 reused,   4 stored" in out
+    assert "512.0 KiB" in out and "capacity 64.0 GiB" in out
+    # no redis-cli can reach memory://: the raw data is read in-process instead
+    assert "redis-cli -" not in out and "redis-cli HGETALL" not in out
+    assert "redis-cli cannot reach it" in out and "HGETALL demo:{" in out
+    assert "0 interior nodes" in out and "fsck: clean" in out
+
+
+def test_demo_on_real_redis_prints_working_redis_cli_commands_and_refuses_reuse(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--url", redis_url, "demo", "--conversations", "2", "--turns", "2"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert f"redis-cli -h 127.0.0.1 -p {port_of(redis_url)} -n 0 HGETALL 'demo:{{" in out
+    assert "ZSCORE 'demo:{" in out
+    index = Index.from_url(redis_url, namespace="demo", read_only=True)
+    usage = index.usage()
+    assert usage.objects == 4 * usage.nodes > 0  # K and V on two ranks per page
+    assert usage.ratio <= index.settings.eviction_target_ratio  # the demo's eviction ran
+    assert check(index.ctx).clean
+
+    before = snapshot(redis.Redis.from_url(redis_url))
+    assert main(args) == 2
+    assert "namespace 'demo'" in capsys.readouterr().err
+    assert snapshot(redis.Redis.from_url(redis_url)) == before  # refused: nothing written
+
+    assert main([*args, "--reset"]) == 0
+    assert "fsck: clean" in capsys.readouterr().out
+
+
 # -- stats, inspect, tree, config --------------------------------------------------------
 
 
@@ -303,3 +342,4 @@ def test_help_lists_every_command() -> None:
     for command in ("demo", "stats", "inspect", "tree", "config", "evict", "worker", "monitor",
                     "fsck", "doctor", "sim"):
         assert command in result.stdout
+
