@@ -1,161 +1,194 @@
-"""The `mooncake-redis` command: demo, inspect, tree, stats (and the commands that live
-beside the modules they drive: eviction_cli, maintenance_cli, sim.cli)."""
+"""The `mooncake-redis` command: demo, stats, inspect, tree (and the commands that live
+beside the modules they drive: config_cli, eviction_cli, maintenance_cli, sim.cli).
+
+Exit codes: 0 ok, 1 a finding (not found, problems left, warnings), 2 a usage or runtime
+error, printed as one `error: ...` line with every password masked."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import redis
+from redis.exceptions import RedisClusterException
 
-from .config import DEFAULT_URL, ENV_PREFIX, ENV_URL
-from .connection import redact
 from .errors import MooncakeRedisError
 from .index import Index
-from .render import describe_node, describe_object, draw_tree, human_bytes, short
+from .render import Views, human_bytes, plural
+from .settings import DEFAULT_NAMESPACE, DEFAULT_URL, ENV_NAMESPACE, ENV_PREFIX, ENV_URL
+from .urls import safe_url, secrets_of
 
-Command = Callable[[argparse.Namespace], int]
+OK, FINDING, ERROR = 0, 1, 2
+DEMO_NAMESPACE = "demo"
 
 
-def open_index(args: argparse.Namespace, **config: object) -> Index:
-    return Index.from_url(args.url, namespace=args.namespace, **config)
+def url_of(args: argparse.Namespace) -> str:
+    return args.url or os.environ.get(ENV_URL) or DEFAULT_URL
+
+
+def namespace_of(args: argparse.Namespace) -> str:
+    return args.namespace or os.environ.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE
+
+
+def open_index(args: argparse.Namespace, read_only: bool = False, namespace: str | None = None,
+               **settings: Any) -> Index:
+    """The index of --url/--namespace. read_only=True writes nothing at open (no setting is
+    filled in from the environment); commands that only look must use it."""
+    return Index.from_url(url_of(args), namespace or namespace_of(args), read_only=read_only,
+                          **settings)
+
+
+def fail(message: str, *urls: str) -> int:
+    """Print one `error:` line, with the URLs' passwords masked; returns the exit code."""
+    for url in urls:
+        for secret in secrets_of(url):
+            message = message.replace(secret, "***")
+    print("error: " + re.sub(r"\s*\n\s*", "; ", message.strip()), file=sys.stderr)
+    return ERROR
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import serve
+    from . import demo
 
-    index = open_index(args)
-    print(f"Serving {args.conversations} conversations x {args.turns} turns "
-          f"on {redact(args.url)} (namespace {args.namespace!r})…")
-    report = serve(index, args.conversations, args.turns, args.seed)
-    print(f"\n{report.requests} requests, {report.pages_requested} pages asked for: "
-          f"{report.pages_reused} reused through match_prefix "
-          f"({report.pages_reused / max(report.pages_requested, 1):.0%}), "
-          f"{report.pages_stored} stored.\n")
-    print_stats(index)
-    root = report.chains[0][0]
-    print(f"\nThe tree under the first system-prompt page (depth {args.depth}):")
-    print("\n".join(draw_tree(index, root, max_depth=args.depth, max_nodes=60)))
-    last_chain = report.chains[-1]
-    page = last_chain[len(last_chain) // 2]
-    print(f"\nPrefix query: get_keys_by_prefix({short(page)}) -> one ZRANGE, whatever the size:")
-    for key in index.get_keys_by_prefix(page):
-        print(f"  {key}")
-    print(f"match_prefix(last request's {len(last_chain)} pages) -> "
-          f"{index.match_prefix(last_chain)}")
-    print("\nInspect any node by hash, with the redis-cli commands that show its raw data:")
-    print("\n".join(describe_node(index, index.get_node(page))))  # type: ignore[arg-type]
-    print_eviction(index, report.chains)
-    return 0
-
-
-def print_eviction(index: Index, chains: list[list[str]]) -> None:
-    from .demo import squeeze_and_evict
-    from .fsck import check
-
-    print("\nEviction: capacity shrinks so usage is above the high watermark "
-          f"({index.config.high_watermark:.0%}); a job evicts leaves first, cascading upward.")
-    before, after, summary = squeeze_and_evict(index)
-    print(f"  before: {before.objects} objects, {before.nodes} nodes, "
-          f"{before.ratio:.1%} of capacity")
-    print(f"  after:  {after.objects} objects, {after.nodes} nodes, {after.ratio:.1%} of capacity "
-          f"({summary})")
-    usable = [index.match_prefix(chain) for chain in chains]
-    print(f"  match_prefix of the first request: {usable[0]}/{len(chains[0])} pages; "
-          f"of the last: {usable[-1]}/{len(chains[-1])} (leaves went first: the tails of "
-          "conversations; the shared prefixes they hang from stay usable)")
-    report = check(index)
-    print(f"  tree check: {'clean' if report.clean else report.counts} "
-          f"({report.nodes} nodes: every live page's parent is alive, no orphans)")
-
-
-def print_stats(index: Index) -> None:
-    usage = index.usage()
-    capacity = human_bytes(usage.capacity_bytes) if usage.capacity_bytes else "unlimited"
-    print(f"objects {usage.objects}, nodes {usage.nodes}, used {human_bytes(usage.used_bytes)} "
-          f"of {capacity}" + (f" ({usage.ratio:.1%})" if usage.capacity_bytes else ""))
+    index = open_index(args, read_only=True, namespace=args.namespace or DEMO_NAMESPACE)
+    if args.reset:
+        left = demo.reset(index)
+        if left:
+            return fail(f"namespace {index.namespace!r} still holds {plural(left, 'node')} "
+                        "after --reset: is another client writing to it?")
+    elif not demo.is_fresh(index):
+        usage = index.usage()
+        return fail(f"namespace {index.namespace!r} at {safe_url(url_of(args))} is in use "
+                    f"({plural(usage.objects, 'object')} in {plural(usage.nodes, 'node')}, "
+                    "stored settings): the demo writes only into a fresh one. Pass --namespace "
+                    "NEW, or --reset to delete its objects first")
+    return demo.run(index, args.conversations, args.turns, args.seed, args.depth)
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    index = open_index(args)
-    print_stats(index)
-    config = index.config
-    print(f"high watermark {config.high_watermark:.0%}, eviction target "
-          f"{config.eviction_target_ratio:.0%}, lease {config.lease_ttl_ms} ms, "
-          f"radix tree {'on' if config.enable_radix_tree else 'off'}")
-    return 0
+    from .config_cli import settings_lines
+
+    index = open_index(args, read_only=True)
+    usage = index.usage()
+    capacity = human_bytes(usage.capacity_bytes) if usage.capacity_bytes else "unlimited"
+    print(f"namespace {index.namespace!r} at {safe_url(url_of(args))}")
+    print(f"usage      {plural(usage.objects, 'object')} in {plural(usage.nodes, 'node')}, "
+          f"{human_bytes(usage.used_bytes)} used of {capacity}"
+          + (f" ({usage.ratio:.1%})" if usage.capacity_bytes else ""))
+    print(f"admission  {admission_limits(index)}")
+    running = index.client.exists(index.ctx.schema.eviction_lock)
+    print(f"eviction   {'a job is running' if running else 'no job running'}")
+    print("\n".join(settings_lines(index)))
+    return OK
+
+
+def admission_limits(index: Index) -> str:
+    """What put_start is checked against: per-shard byte limits (admission.py)."""
+    from .admission import default_shard_limit, read_shards
+
+    capacity = index.settings.capacity_bytes
+    limits = [shard.limit for shard in read_shards(index.ctx) if shard.limit is not None]
+    if not capacity:
+        return "no limit (capacity unlimited)"
+    if not limits:
+        return (f"{human_bytes(default_shard_limit(capacity))} per shard, an even share of "
+                "capacity (no keeper has rebalanced yet)")
+    return (f"per-shard limits {human_bytes(min(limits))} .. {human_bytes(max(limits))} (set "
+            "by the last keeper run: eviction, monitor, capacity change)")
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    index = open_index(args)
+    index = open_index(args, read_only=True)
+    views = Views(index)
+    now_ms = index.ctx.redis_time_ms()
     found = False
-    node = index.get_node(args.target)
-    if node is not None:
-        print("\n".join(describe_node(index, node)))
-        found = True
+    if index.ctx.extractor.is_hash(args.target):
+        node = index.get_node(args.target)
+        if node is not None:
+            print("\n".join(views.node(node, now_ms)))
+            found = True
     info = index.object_info(args.target)
     if info is not None:
-        print("\n".join(describe_object(index, info)))
+        print("\n".join(views.object(info, now_ms,
+                                     index.settings.put_start_release_timeout_ms)))
         found = True
     if not found:
-        print(f"no node or object {args.target!r} in namespace {args.namespace!r} "
-              f"at {redact(args.url)}", file=sys.stderr)
-        return 1
-    return 0
+        print(f"no node or object {args.target!r} in namespace {index.namespace!r} at "
+              f"{safe_url(url_of(args))}", file=sys.stderr)
+        return FINDING
+    return OK
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
-    index = open_index(args)
+    index = open_index(args, read_only=True)
     if index.get_node(args.prefix_hash) is None:
-        print(f"no node {args.prefix_hash!r} in namespace {args.namespace!r}", file=sys.stderr)
-        return 1
-    print("\n".join(draw_tree(index, args.prefix_hash, args.depth, args.max_nodes)))
-    return 0
+        print(f"no node {args.prefix_hash!r} in namespace {index.namespace!r} at "
+              f"{safe_url(url_of(args))}", file=sys.stderr)
+        return FINDING
+    print("\n".join(Views(index).tree(args.prefix_hash, args.depth, args.max_nodes)))
+    return OK
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative")
-    return value
+def at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text} is below {minimum}")
+        return value
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mooncake-redis",
         description="Redis-backed prefix index and metadata store for LLM KV-cache objects.",
-        epilog=f"Options of a namespace can also be set as {ENV_PREFIX}<OPTION> "
-               "environment variables (e.g. MOONCAKE_REDIS_CAPACITY_BYTES).",
+        epilog=f"Namespace settings not stored yet can be given as {ENV_PREFIX}<SETTING> "
+               f"environment variables (e.g. {ENV_PREFIX}CAPACITY_BYTES=64GiB); stored ones "
+               "change only with `config set`. Exit codes: 0 ok, 1 a finding, 2 an error.",
     )
-    parser.add_argument("--url", default=os.environ.get(ENV_URL, DEFAULT_URL),
-                        help="redis://host:port/db, rediss://…, or memory:// for the in-process "
-                             f"store (default: ${ENV_URL} or {DEFAULT_URL})")
-    parser.add_argument("--namespace", default="mc", help="key namespace (default: mc)")
+    parser.add_argument("--url", default=None,
+                        help="redis://[user:password@]host:port/db, rediss://…, unix://…, "
+                             "redis+cluster://host:port[,host:port…], or memory:// for the "
+                             f"in-process store (default: ${ENV_URL} or {DEFAULT_URL})")
+    parser.add_argument("--namespace", default=None,
+                        help=f"key namespace (default: ${ENV_NAMESPACE} or {DEFAULT_NAMESPACE}; "
+                             f"the demo's: {DEMO_NAMESPACE})")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = commands.add_parser("demo", help="build a tree of SGLang-style pages from multi-turn "
-                                            "chats and show stats, a subtree and prefix queries")
-    demo.add_argument("--conversations", type=positive_int, default=4, help="default: 4")
-    demo.add_argument("--turns", type=positive_int, default=5, help="default: 5")
+    demo = commands.add_parser(
+        "demo", help="serve multi-turn chats page by page, then show stats, a subtree, "
+                     "prefix queries, a node's raw data, leaf-first eviction and fsck")
+    demo.add_argument("--conversations", type=at_least(1), default=4, help="default: 4")
+    demo.add_argument("--turns", type=at_least(1), default=5, help="default: 5")
     demo.add_argument("--seed", type=int, default=7, help="default: 7")
-    demo.add_argument("--depth", type=positive_int, default=10,
+    demo.add_argument("--depth", type=at_least(0), default=10,
                       help="tree depth shown (default: 10)")
+    demo.add_argument("--reset", action="store_true",
+                      help="delete every object of the namespace first (the demo refuses a "
+                           "namespace in use otherwise)")
     demo.set_defaults(func=cmd_demo)
 
-    stats = commands.add_parser("stats", help="usage, counts and configuration")
+    stats = commands.add_parser("stats", help="usage, admission, settings (reads only)")
     stats.set_defaults(func=cmd_stats)
 
-    inspect = commands.add_parser("inspect", help="show a node (by prefix hash) or an object "
-                                                  "(by key), with the redis-cli commands for it")
+    inspect = commands.add_parser(
+        "inspect", help="a node (by prefix hash) or an object (by key), with the redis-cli "
+                        "commands that show its raw data (reads only)")
     inspect.add_argument("target", help="a prefix hash or an object key")
     inspect.set_defaults(func=cmd_inspect)
 
-    tree = commands.add_parser("tree", help="draw the subtree under a prefix hash")
+    tree = commands.add_parser("tree", help="draw the subtree under a prefix hash (reads only)")
     tree.add_argument("prefix_hash")
-    tree.add_argument("--depth", type=positive_int, default=8, help="default: 8")
-    tree.add_argument("--max-nodes", type=positive_int, default=200, help="default: 200")
+    tree.add_argument("--depth", type=at_least(0), default=8, help="default: 8")
+    tree.add_argument("--max-nodes", type=at_least(1), default=200, help="default: 200")
     tree.set_defaults(func=cmd_tree)
 
     for register in extra_commands():
@@ -165,24 +198,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 def extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Commands that live beside the modules they drive."""
+    from .config_cli import register as register_config
     from .eviction_cli import register as register_eviction
     from .maintenance_cli import register as register_maintenance
-    from .sim.cli import register as register_sim
 
-    return [register_eviction, register_maintenance, register_sim]
+    return [register_config, register_eviction, register_maintenance, register_sim]
+
+
+def register_sim(subparsers: argparse._SubParsersAction) -> None:
+    """The simulator's command; if it cannot be imported, a stand-in that says why, so the
+    other commands still work."""
+    try:
+        from .sim.cli import register
+    except ImportError as error:
+        reason = f"the sim command cannot load ({error})"
+        stand_in = subparsers.add_parser("sim", help=f"(unavailable: {reason})", add_help=False)
+        stand_in.add_argument("ignored", nargs=argparse.REMAINDER)
+        stand_in.set_defaults(func=lambda args: fail(reason))
+        return
+    register(subparsers)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
+    url = url_of(args)
+    queue_url = os.environ.get(ENV_PREFIX + "QUEUE_URL", "")
     try:
-        return args.func(args)
+        return int(args.func(args))
     except MooncakeRedisError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except redis.RedisError as error:
-        print(f"error: Redis at {redact(args.url)}: {error}", file=sys.stderr)
-        return 2
+        return fail(str(error), url, queue_url)
+    except (redis.RedisError, RedisClusterException) as error:
+        return fail(f"Redis at {safe_url(url)}: {error}", url, queue_url)
     except KeyboardInterrupt:
         return 130
 

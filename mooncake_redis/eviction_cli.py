@@ -3,28 +3,33 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from tqdm import tqdm
 
-from .doctor import diagnose
-from .eviction import EvictionReport, Evictor
+from .doctor import examine
+from .eviction import NO_CAPACITY, TARGET_REACHED, EvictionReport, Evictor
 from .index import Index
-from .render import human_bytes
+from .render import human_bytes, plural
+from .settings import ENV_URL
+from .urls import safe_url
 
 
 def ratio(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"{text} is not a ratio in [0, 1]")
     return value
 
 
 def cmd_evict(args: argparse.Namespace) -> int:
-    from .cli import open_index
+    from .cli import FINDING, OK, open_index
 
-    index = open_index(args)
-    evictor = Evictor(index)
+    index = open_index(args, read_only=True)  # evicting needs no setting filled in
     with tqdm(total=None, unit="B", unit_scale=True, desc="evicting", leave=False,
               disable=args.quiet) as bar:
         def on_round(report: EvictionReport) -> None:
@@ -32,46 +37,72 @@ def cmd_evict(args: argparse.Namespace) -> int:
             bar.update(report.bytes - bar.n)
             bar.set_postfix(rounds=report.rounds, leaves=report.leaves)
 
-        report = evictor.run(args.target, max_rounds=args.rounds, on_round=on_round)
-    print(f"stopped:          {report.stopped}")
-    print(f"rounds:           {report.rounds}")
-    print(f"leaves evicted:   {report.leaves}")
-    print(f"objects evicted:  {report.objects} "
-          f"({report.fallback_objects} by lease-ordered fallback)")
-    print(f"bytes evicted:    {report.bytes} ({human_bytes(report.bytes)})")
-    print(f"used:             {human_bytes(report.start_used_bytes)} -> "
-          f"{human_bytes(report.used_bytes)} (target {human_bytes(report.target_bytes)})")
-    print(f"time:             {report.seconds:.3f} s")
-    return 0
+        report = Evictor(index.ctx).run(args.target, max_rounds=args.rounds, on_round=on_round)
+    print("\n".join(report_lines(report)))
+    return OK if report.stopped in (TARGET_REACHED, NO_CAPACITY) else FINDING
+
+
+def report_lines(report: EvictionReport) -> list[str]:
+    resolver = report.resolver
+    return [
+        f"stopped:          {report.stopped}",
+        f"rounds:           {report.rounds}",
+        f"leaves evicted:   {report.leaves}",
+        f"interior nodes:   {report.interior_nodes} (path-breaking eviction: their objects "
+        "went, they stay as shells)",
+        f"objects evicted:  {report.objects}",
+        f"bytes evicted:    {report.bytes} ({human_bytes(report.bytes)})",
+        f"used:             {human_bytes(report.start_used_bytes)} -> "
+        f"{human_bytes(report.used_bytes)} (target {human_bytes(report.target_bytes)})",
+        f"resolver:         {plural(resolver.intents, 'unlink')} finished, pending links "
+        f"{resolver.kept} kept / {resolver.dropped} dropped, "
+        f"{plural(resolver.cycles_broken, 'cycle')} broken",
+        f"time:             {report.seconds:.3f} s",
+    ]
 
 
 def open_checked_index(args: argparse.Namespace) -> Index:
-    """Long-running processes warn at start if Redis would lose index state."""
-    from .cli import open_index
+    """Long-running processes open the namespace as its clients do (settings not stored yet
+    are filled in from the environment), and warn at start if Redis would lose index state."""
+    from .cli import namespace_of, open_index, url_of
 
     index = open_index(args)
-    for warning in diagnose(index.client):
+    for warning in examine(index.ctx, url_of(args), safe_url(url_of(args))).warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    print(f"namespace {namespace_of(args)!r} at {safe_url(url_of(args))}", file=sys.stderr)
     return index
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from mooncake_redis.workers.worker import run_worker
 
-    run_worker(open_checked_index(args).config.queue_url, burst=args.burst)
-    return 0
+    from .cli import OK, url_of
+
+    index = open_checked_index(args)
+    # Jobs carry only the namespace and read the index URL from the environment of the
+    # process that runs them: this one, or its work horses.
+    os.environ[ENV_URL] = url_of(args)
+    run_worker(index.ctx.options.queue_url, burst=args.burst)
+    return OK
 
 
 def cmd_monitor(args: argparse.Namespace) -> int:
+    from mooncake_redis.workers.jobs import eviction_queue
     from mooncake_redis.workers.monitor import watch
 
-    watch(open_checked_index(args), args.interval, args.iterations)
-    return 0
+    from .cli import OK
+
+    index = open_checked_index(args)
+    eviction_queue(index.ctx.options.queue_url)  # no queue configured: say so now, not later
+    enqueued = watch(index.ctx, args.interval, args.iterations)
+    print(f"{plural(enqueued, 'eviction job')} enqueued")
+    return OK
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     evict = subparsers.add_parser(
-        "evict", help="run one eviction job in the foreground (like Index.evict) and report it")
+        "evict", help="run one eviction job in the foreground (like Index.evict) and report "
+                      "it; exit 1 if it stopped above its target")
     evict.add_argument("--target", type=ratio, default=None,
                        help="evict down to this fraction of capacity (0 = everything "
                             "evictable; default: high_watermark - eviction_ratio)")
@@ -81,14 +112,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evict.set_defaults(func=cmd_evict)
 
     worker = subparsers.add_parser(
-        "worker", help="run an RQ worker for eviction jobs (queue: the namespace's queue_url)")
+        "worker", help="run an RQ worker for eviction jobs (queue: $MOONCAKE_REDIS_QUEUE_URL)")
     worker.add_argument("--burst", action="store_true", help="exit when the queue is empty")
     worker.set_defaults(func=cmd_worker)
 
     monitor = subparsers.add_parser(
-        "monitor", help="enqueue an eviction job whenever usage is above the high watermark")
-    monitor.add_argument("--interval", type=float, default=1.0, help="seconds between checks "
-                                                                     "(default: 1)")
+        "monitor", help="keep the shards' admission limits fresh and enqueue an eviction job "
+                        "whenever usage is above the high watermark "
+                        "(queue: $MOONCAKE_REDIS_QUEUE_URL)")
+    monitor.add_argument("--interval", type=float, default=1.0,
+                         help="seconds between checks (default: 1)")
     monitor.add_argument("--iterations", type=int, default=None,
                          help="stop after this many checks (default: run forever)")
     monitor.set_defaults(func=cmd_monitor)

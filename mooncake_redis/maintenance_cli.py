@@ -7,41 +7,70 @@ import sys
 
 from tqdm import tqdm
 
-from .doctor import diagnose
-from .fsck import check
+from .doctor import examine
+from .fsck import FsckReport, check
 from .prefix import SHARD_COUNT
+from .render import plural
+from .urls import safe_url
 
 
 def cmd_fsck(args: argparse.Namespace) -> int:
-    from .cli import open_index
+    from .cli import FINDING, OK, open_index
 
-    index = open_index(args)
+    index = open_index(args, read_only=not args.repair)
     shards = args.shard or None
     with tqdm(total=len(shards) if shards else SHARD_COUNT, unit="shard", desc="fsck",
               leave=False, disable=args.quiet) as bar:
-        report = check(index, repair=args.repair, shards=shards, progress=bar.update)
-    print(f"checked {report.shards} shards: {report.nodes} nodes, {report.objects} objects")
-    for kind, count in sorted(report.counts.items()):
-        print(f"  {kind}: {count}")
-    for kind, detail in report.problems[:args.show]:
-        print(f"    {kind}: {detail}")
-    for kind, count in sorted(report.repaired.items()):
-        print(f"  repaired {kind}: {count}")
+        report = check(index.ctx, repair=args.repair, shards=shards, progress=bar.update)
+    print("\n".join(report_lines(report, args.show)))
     if report.clean:
         print("clean")
-        return 0
-    return 0 if args.repair and not check(index, shards=shards).problems else 1
+        return OK
+    if not args.repair:
+        return FINDING
+    left = check(index.ctx, shards=shards)
+    if left.clean:
+        print("clean after repair")
+        return OK
+    print(f"{plural(len(left.problems), 'problem')} left after repair: "
+          + ", ".join(f"{kind}: {count}" for kind, count in sorted(left.counts.items())))
+    return FINDING
+
+
+def report_lines(report: FsckReport, show: int) -> list[str]:
+    lines = [f"checked {plural(report.shards, 'shard')}: {plural(report.nodes, 'node')}, "
+             f"{plural(report.objects, 'object')}"]
+    if report.zombies:
+        lines.append(f"  {plural(report.zombies, 'processing object')} past "
+                     "put_start_release_timeout (evictable, not a problem)")
+    lines += [f"  {kind}: {count}" for kind, count in sorted(report.counts.items())]
+    lines += [f"    {kind}: {detail}" for kind, detail in report.problems[:show]]
+    if len(report.problems) > show:
+        lines.append(f"    … {len(report.problems) - show} more (use --show)")
+    lines += [f"  repaired {kind}: {count}" for kind, count in sorted(report.repaired.items())]
+    resolver = report.resolver
+    if resolver:
+        lines.append(f"  resolver: {plural(resolver.intents, 'unlink')} finished, pending "
+                     f"links {resolver.kept} kept / {resolver.dropped} dropped, "
+                     f"{plural(resolver.cycles_broken, 'cycle')} broken")
+    return lines
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from .cli import open_index
+    from .cli import FINDING, OK, namespace_of, open_index, url_of
 
-    warnings = diagnose(open_index(args).client)
-    for warning in warnings:
+    url = url_of(args)
+    diagnosis = examine(open_index(args, read_only=True).ctx, url, safe_url(url))
+    print(f"namespace {namespace_of(args)!r} at {safe_url(url)}")
+    for fact in diagnosis.facts:
+        print(f"  {fact}")
+    for warning in diagnosis.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    if not warnings:
-        print("ok: Redis persists its data and never evicts keys on its own")
-    return 1 if warnings else 0
+    if diagnosis.warnings:
+        return FINDING
+    print("ok: Redis persists its data, never evicts keys on its own, and the namespace "
+          "holds no v1 keys")
+    return OK
 
 
 def shard(text: str) -> str:
@@ -52,15 +81,18 @@ def shard(text: str) -> str:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     fsck = subparsers.add_parser(
-        "fsck", help="check every invariant of the tree and store; --repair fixes what it can")
+        "fsck", help="check every invariant of the tree and store (reads only); --repair "
+                     "fixes what it can; exit 1 if problems are left")
     fsck.add_argument("--repair", action="store_true",
-                      help="repair what can be repaired without losing data")
+                      help="run the resolver and repair what can be repaired without losing "
+                           "data")
     fsck.add_argument("--shard", action="append", type=shard,
-                      help="only this shard (repeatable; default: all 256 and global checks)")
+                      help="only this shard (repeatable; default: all 256, and cycles)")
     fsck.add_argument("--show", type=int, default=20, help="problems listed (default: 20)")
     fsck.add_argument("--quiet", action="store_true", help="no progress bar")
     fsck.set_defaults(func=cmd_fsck)
 
     doctor = subparsers.add_parser(
-        "doctor", help="warn if Redis persists nothing or evicts keys on its own")
+        "doctor", help="warn if Redis persists nothing or evicts keys on its own, or the "
+                       "namespace holds data model v1 keys (reads only); exit 1 on a warning")
     doctor.set_defaults(func=cmd_doctor)

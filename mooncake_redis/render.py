@@ -1,20 +1,37 @@
-"""Text views of nodes, objects and subtrees for the CLI, with the redis-cli commands
-that show the same raw data."""
+"""Text views of nodes, objects and subtrees for the CLI, with the redis-cli commands that
+show the same raw data."""
 
 from __future__ import annotations
 
 import datetime as dt
-import shlex
+import math
+from collections.abc import Sequence
 
 from .index import Index
 from .models import NodeInfo, ObjectInfo
 from .prefix import shard_of
+from .urls import RedisCli
 
 SHORT = 12
+LISTED = 20
+"""Children or keys listed by name in a node's view; the rest are counted."""
+
+NODE_FIELDS_LEGEND = [
+    "  fields: p parent, pe its link epoch, <child hash> -> link epoch, o:<key suffix> -> "
+    "object 1<state p|c>,<size>,<start|lease end ms>,<pins>,<writer>;",
+    "          counters nc children, no objects, np processing, b bytes, ns/nh soft/hard "
+    "pins, lm latest lease end, ps/psn latest start (values.py)",
+]
 
 
 def short(prefix_hash: str) -> str:
     return prefix_hash if len(prefix_hash) <= SHORT else prefix_hash[:SHORT] + "…"
+
+
+def plural(count: int, singular: str, plural_form: str | None = None) -> str:
+    """'1 child', '2 children', '0 keys'."""
+    word = singular if count == 1 else (plural_form or singular + "s")
+    return f"{count} {word}"
 
 
 def human_bytes(size: float) -> str:
@@ -25,80 +42,155 @@ def human_bytes(size: float) -> str:
     raise AssertionError("unreachable")
 
 
-def time_ms(value: float | None) -> str:
+def time_ms(value: float | None, now_ms: int | None = None) -> str:
+    """A Redis time in ms as UTC, with how far it is from now when now is known."""
     if value is None:
         return "-"
-    if value == float("inf"):
-        return "never (processing or hard-pinned)"
+    if math.isinf(value):
+        return "never"
     moment = dt.datetime.fromtimestamp(value / 1000, dt.timezone.utc)
-    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    text = moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    if now_ms is None:
+        return text
+    delta = (value - now_ms) / 1000
+    return f"{text} ({'in ' if delta > 0 else ''}{abs(delta):.1f} s{' ago' if delta <= 0 else ''})"
 
 
-def redis_cli(*words: str) -> str:
-    return "redis-cli " + " ".join(shlex.quote(w) for w in words)
+class Views:
+    """Renders what one index holds; reads only."""
+
+    def __init__(self, index: Index):
+        self.index = index
+        self.schema = index.ctx.schema
+        self.cli = RedisCli.for_url(index.url) if index.url else None
+
+    def raw_commands(self, commands: Sequence[Sequence[str]], show_replies: bool = False
+                     ) -> list[str]:
+        """The redis-cli commands that show raw data; on memory:// (no redis-cli can reach
+        it) the replies, read in this process, with the commands as a reference."""
+        note = [f"    {self.cli.password_note}"] if self.cli and self.cli.needs_password else []
+        if self.cli is not None and not show_replies:
+            return ["  raw data:", *("    " + self.cli.command(*words) for words in commands),
+                    *note]
+        lines = ["  raw data" + (" (in-process memory:// store: redis-cli cannot reach it; "
+                                  "read here)" if self.cli is None else "") + ":"]
+        for words in commands:
+            command = self.cli.command(*words) if self.cli else " ".join(words)
+            lines.append(f"    {command}")
+            reply = self.index.client.execute_command(*words)
+            lines += ["      " + line for line in _reply_lines(reply)]
+        return lines + note
+
+    def node(self, node: NodeInfo, now_ms: int, show_replies: bool = False) -> list[str]:
+        shard = self.schema.shard_keys(shard_of(node.prefix_hash))
+        kind = "shell" if node.is_shell else "leaf" if node.is_leaf else "interior"
+        parent = node.parent or "(none: a root, or not registered yet)"
+        if node.parent and node.parent_epoch is not None:
+            parent += f" (link epoch {node.parent_epoch})"
+        leaf_index = shard.soft_leaves if node.soft_pins else shard.leaves
+        lines = [
+            f"node {node.prefix_hash} ({kind}, shard {shard_of(node.prefix_hash)})",
+            f"  parent      {parent}",
+            f"  children    {plural(len(node.children), 'child', 'children')}",
+            *_listed(node.children),
+            f"  keys        {plural(len(node.keys), 'key')}",
+            *_listed(node.keys),
+            f"  bytes       {node.bytes} ({human_bytes(node.bytes)})",
+            f"  processing  {node.processing}",
+            f"  pins        {plural(node.soft_pins, 'soft pin')}, "
+            f"{plural(node.hard_pins, 'hard pin')}",
+            f"  eviction    {_eviction(node, now_ms, leaf_index.rsplit(':', 1)[1])}",
+        ]
+        return lines + self.raw_commands(
+            [("HGETALL", self.schema.node(node.prefix_hash)),
+             ("ZSCORE", leaf_index, node.prefix_hash)], show_replies) + NODE_FIELDS_LEGEND
+
+    def object(self, info: ObjectInfo, now_ms: int, release_ms: int) -> list[str]:
+        suffix = info.key[len(info.prefix_hash):]
+        if info.state == "processing" and info.started_ms is not None:
+            state = f"processing since {time_ms(info.started_ms, now_ms)}"
+            if info.started_ms + release_ms <= now_ms:
+                state += "; past put_start_release_timeout: evictable"
+            lease = "-"
+        else:
+            state, lease = info.state, time_ms(info.lease_ms, now_ms)
+        return [
+            f"object {info.key}",
+            f"  node        {info.prefix_hash} (field o:{suffix})",
+            f"  state       {state}",
+            f"  size        {info.size} ({human_bytes(info.size)})",
+            f"  lease until {lease}",
+            f"  pins        soft {'yes' if info.soft_pin else 'no'}, "
+            f"hard {'yes' if info.hard_pin else 'no'}",
+            f"  writer      token {info.token}",
+            *self.raw_commands([("HGET", self.schema.node(info.prefix_hash), f"o:{suffix}")]),
+        ]
+
+    def tree(self, root: str, max_depth: int, max_nodes: int) -> list[str]:
+        """The subtree under root, one line per node, children indented (depth first)."""
+        lines: list[str] = []
+        stack: list[tuple[str, str | None, str, bool, int]] = [(root, None, "", True, 0)]
+        seen: set[str] = set()
+        while stack:
+            prefix_hash, parent, indent, last, depth = stack.pop()
+            if len(lines) >= max_nodes:
+                lines.append(f"{indent}… (stopped at {plural(max_nodes, 'node')}; use --max-nodes)")
+                break
+            node = self.index.get_node(prefix_hash)
+            branch = "" if depth == 0 else ("└─ " if last else "├─ ")
+            label = _tree_label(node, parent)
+            lines.append(f"{indent}{branch}{short(prefix_hash)}  {label}")
+            if node is None or (parent is not None and node.parent != parent):
+                continue
+            seen.add(prefix_hash)
+            children = [c for c in node.children if c not in seen]
+            child_indent = indent if depth == 0 else indent + ("   " if last else "│  ")
+            if depth == max_depth and children:
+                lines.append(f"{child_indent}… {plural(len(children), 'child', 'children')} "
+                             "below (use --depth)")
+                continue
+            for position, child in reversed(list(enumerate(children))):
+                stack.append((child, prefix_hash, child_indent, position == len(children) - 1,
+                               depth + 1))
+        return lines
 
 
-def describe_node(index: Index, node: NodeInfo) -> list[str]:
-    keys = index.schema.node_keys(node.prefix_hash)
-    leaves = index.schema.shard_keys(shard_of(node.prefix_hash)).leaves
-    kind = "shell" if node.is_shell else "leaf" if node.is_leaf else "interior"
-    lines = [
-        f"node {node.prefix_hash} ({kind})",
-        f"  parent      {node.parent or '(unknown: a root, or not registered yet)'}",
-        f"  children    {len(node.children)}" + "".join(f"\n    {c}" for c in node.children[:20]),
-        f"  keys        {len(node.keys)}" + "".join(f"\n    {k}" for k in node.keys[:20]),
-        f"  bytes       {node.bytes} ({human_bytes(node.bytes)})",
-        f"  processing  {node.processing}",
-        f"  evictable   {time_ms(node.eviction_score) if node.is_leaf else 'no (not a leaf)'}",
-        "  raw data:",
-        "    " + redis_cli("HGETALL", keys.node),
-        "    " + redis_cli("SMEMBERS", keys.children),
-        "    " + redis_cli("ZRANGE", keys.keys, "0", "-1", "WITHSCORES"),
-        "    " + redis_cli("ZSCORE", leaves, node.prefix_hash),
-    ]
+def _listed(names: list[str]) -> list[str]:
+    lines = [f"    {name}" for name in names[:LISTED]]
+    if len(names) > LISTED:
+        lines.append(f"    … and {len(names) - LISTED} more")
     return lines
 
 
-def describe_object(index: Index, info: ObjectInfo) -> list[str]:
-    return [
-        f"object {info.key}",
-        f"  state       {info.state}",
-        f"  size        {info.size} ({human_bytes(info.size)})",
-        f"  prefix      {info.prefix_hash}",
-        f"  lease until {time_ms(info.lease_ms)}",
-        f"  pins        soft={info.soft_pin} hard={info.hard_pin}",
-        f"  created     {time_ms(info.created_ms)}",
-        "  raw data:",
-        "    " + redis_cli("HGETALL", index.schema.object_key(info.key, info.prefix_hash)),
-    ]
+def _eviction(node: NodeInfo, now_ms: int, leaf_index: str) -> str:
+    if node.eviction_score is None:
+        return "not a leaf (it has children)" if node.children else "not indexed as a leaf"
+    if math.isinf(node.eviction_score):
+        return f"never (a hard-pinned leaf, in {leaf_index})"
+    return f"a leaf in {leaf_index}, evictable from {time_ms(node.eviction_score, now_ms)}"
 
 
-def draw_tree(index: Index, root: str, max_depth: int, max_nodes: int) -> list[str]:
-    """The subtree under root, one line per node, children indented (depth first)."""
-    lines: list[str] = []
-    stack: list[tuple[str, str, bool, int]] = [(root, "", True, 0)]
-    seen: set[str] = set()
-    while stack:
-        prefix_hash, indent, last, depth = stack.pop()
-        if len(lines) >= max_nodes:
-            lines.append(f"{indent}… (stopped at {max_nodes} nodes; use --max-nodes)")
-            break
-        node = index.get_node(prefix_hash)
-        branch = "" if depth == 0 else ("└─ " if last else "├─ ")
-        if node is None:
-            lines.append(f"{indent}{branch}{short(prefix_hash)}  (no such node)")
-            continue
-        label = "shell" if node.is_shell else f"{len(node.keys)} keys, {human_bytes(node.bytes)}"
-        if node.processing:
-            label += f", {node.processing} processing"
-        lines.append(f"{indent}{branch}{short(prefix_hash)}  {label}")
-        seen.add(prefix_hash)
-        children = [c for c in node.children if c not in seen]
-        if depth == max_depth and children:
-            lines.append(f"{indent}{'   ' if last else '│  '}… {len(children)} children below "
-                         "(use --depth)")
-            continue
-        child_indent = indent if depth == 0 else indent + ("   " if last else "│  ")
-        for position, child in reversed(list(enumerate(children))):
-            stack.append((child, child_indent, position == len(children) - 1, depth + 1))
-    return lines
+def _tree_label(node: NodeInfo | None, parent: str | None) -> str:
+    if node is None:
+        return "(listed, but no such node: a dangling link the resolver removes)"
+    if parent is not None and node.parent != parent:
+        return f"(listed here, but its parent is {short(node.parent or 'unknown')})"
+    label = "shell" if node.is_shell else \
+        f"{plural(len(node.keys), 'key')}, {human_bytes(node.bytes)}"
+    if node.processing:
+        label += f", {node.processing} processing"
+    if node.hard_pins or node.soft_pins:
+        label += ", " + ("hard-pinned" if node.hard_pins else "soft-pinned")
+    return label
+
+
+def _reply_lines(reply: object) -> list[str]:
+    if reply is None:
+        return ["(nil)"]
+    if isinstance(reply, dict):
+        return [f"{field} = {value}" for field, value in reply.items()] or ["(empty)"]
+    if isinstance(reply, float):
+        return [f"{reply:.17g}"]
+    if isinstance(reply, (list, tuple)):
+        return [str(item) for item in reply] or ["(empty)"]
+    return [str(reply)]

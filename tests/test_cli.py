@@ -1,61 +1,345 @@
-"""The mooncake-redis command, run as a user would (in-process and on real Redis)."""
+"""The mooncake-redis command, run as a user would: in-process (memory://) and on the real
+redis-server the tests start. Assertions are on what Redis holds and what is printed."""
 
 from __future__ import annotations
 
+import os
+import shlex
+import shutil
 import subprocess
 import sys
+from urllib.parse import urlsplit
 
+import pytest
+import redis
+import rq
 from helpers import page
+from mooncake_redis.workers.jobs import ENV_QUEUE_URL, QUEUE_NAME
 
 from mooncake_redis import Index
 from mooncake_redis.cli import main
+from mooncake_redis.eviction import LOCK_HELD, TARGET_REACHED
+from mooncake_redis.fsck import check
+from mooncake_redis.settings import ENV_URL
+from mooncake_redis.urls import RedisCli, safe_url
+
+A, B, C = page("a"), page("b"), page("c")
+needs_redis_cli = pytest.mark.skipif(shutil.which("redis-cli") is None,
+                                     reason="redis-cli is not installed")
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+@pytest.fixture(autouse=True)
+def no_index_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands see only what each test gives them (MOONCAKE_REDIS_* of the caller's shell
+    would change defaults)."""
+    for name in list(os.environ):
+        if name.startswith("MOONCAKE_REDIS_"):
+            monkeypatch.delenv(name)
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("MOONCAKE_REDIS_")}
     return subprocess.run([sys.executable, "-m", "mooncake_redis.cli", *args],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120,
+                          env={**environment, **(env or {})})
 
 
-def test_demo_runs_on_the_in_process_default() -> None:
+def port_of(url: str) -> int:
+    port = urlsplit(url).port
+    assert port is not None
+    return port
+
+
+def snapshot(client: redis.Redis) -> dict[bytes, bytes | None]:
+    """Every key of the database with its serialized value."""
+    return {key: client.dump(key) for key in sorted(client.scan_iter(count=1000))}
+
+
+def build(index: Index) -> None:
+    """A <- B (complete), A <- C (processing): a tree with an interior node and two leaves."""
+    index.put_start(f"{A}_0_k", 2048)
+    index.put_end(f"{A}_0_k")
+    index.put_start(f"{B}_0_k", 1024, parent_block_hash=A)
+    index.put_end(f"{B}_0_k")
+    index.put_start(f"{C}_0_k", 512, parent_block_hash=A, soft_pin=True)
+
+
+# -- demo --------------------------------------------------------------------------------
+
+
+def test_demo_runs_on_the_in_process_default_and_says_so() -> None:
     result = run_cli("demo", "--conversations", "2", "--turns", "2")
     assert result.returncode == 0, result.stderr
-    assert "reused through match_prefix" in result.stdout
-    assert "redis-cli HGETALL 'mc:{" in result.stdout
+    out = result.stdout
+    assert "on the in-process memory:// store" in out and "namespace 'demo'" in out
+    assert "request   1  chat 1 turn 1:  13 pages,   0 reused,  13 stored" in out
+    assert "request   2  chat 2 turn 1:  12 pages,   8 reused,   4 stored" in out
+    assert "512.0 KiB" in out and "capacity 64.0 GiB" in out
+    # no redis-cli can reach memory://: the raw data is read in-process instead
+    assert "redis-cli -" not in out and "redis-cli HGETALL" not in out
+    assert "redis-cli cannot reach it" in out and "HGETALL demo:{" in out
+    assert "0 interior nodes" in out and "fsck: clean" in out
 
 
-def test_inspect_tree_and_stats_on_real_redis(redis_url: str, capsys) -> None:
+def test_demo_on_real_redis_prints_working_redis_cli_commands_and_refuses_reuse(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--url", redis_url, "demo", "--conversations", "2", "--turns", "2"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert f"redis-cli -h 127.0.0.1 -p {port_of(redis_url)} -n 0 HGETALL 'demo:{{" in out
+    assert "ZSCORE 'demo:{" in out
+    index = Index.from_url(redis_url, namespace="demo", read_only=True)
+    usage = index.usage()
+    assert usage.objects == 4 * usage.nodes > 0  # K and V on two ranks per page
+    assert usage.ratio <= index.settings.eviction_target_ratio  # the demo's eviction ran
+    assert check(index.ctx).clean
+
+    before = snapshot(redis.Redis.from_url(redis_url))
+    assert main(args) == 2
+    assert "namespace 'demo'" in capsys.readouterr().err
+    assert snapshot(redis.Redis.from_url(redis_url)) == before  # refused: nothing written
+
+    assert main([*args, "--reset"]) == 0
+    assert "fsck: clean" in capsys.readouterr().out
+
+
+# -- stats, inspect, tree, config --------------------------------------------------------
+
+
+def test_inspect_tree_and_stats_on_real_redis(redis_url: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
     index = Index.from_url(redis_url, namespace="cli")
-    a, b = page("a"), page("b")
-    index.put_start(f"{a}_0_k", 2048)
-    index.put_start(f"{b}_0_k", 1024, parent_block_hash=a)
-    index.put_end(f"{b}_0_k")
+    build(index)
     common = ["--url", redis_url, "--namespace", "cli"]
+    cli = f"redis-cli -h 127.0.0.1 -p {port_of(redis_url)} -n 0"
 
-    assert main([*common, "inspect", a]) == 0
+    assert main([*common, "inspect", A]) == 0
     out = capsys.readouterr().out
-    assert f"node {a} (interior)" in out and b in out
-    assert f"redis-cli SMEMBERS 'cli:{{{a[:2]}}}:children:{a}'" in out
+    assert f"node {A} (interior, shard {A[:2]})" in out
+    assert "children    2 children" in out and "keys        1 key\n" in out
+    assert f"{cli} HGETALL 'cli:{{{A[:2]}}}:n:{A}'" in out
+    assert f"{cli} ZSCORE 'cli:{{{A[:2]}}}:leaves' {A}" in out
+    assert "eviction    not a leaf (it has children)" in out
 
-    assert main([*common, "inspect", f"{b}_0_k"]) == 0
+    assert main([*common, "inspect", C]) == 0
     out = capsys.readouterr().out
-    assert "state       complete" in out and f"HGETALL 'cli:{{{b[:2]}}}:obj:{b}_0_k'" in out
+    assert f"node {C} (leaf, shard {C[:2]})" in out and f"parent      {A} (link epoch" in out
+    assert "1 soft pin, 0 hard pins" in out and "processing  1" in out
+    assert f"ZSCORE 'cli:{{{C[:2]}}}:soft_leaves' {C}" in out
 
-    assert main([*common, "tree", a]) == 0
+    assert main([*common, "inspect", f"{B}_0_k"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0].startswith(a[:12]) and "└─ " + b[:12] in out
+    assert "state       complete" in out and f"{cli} HGET 'cli:{{{B[:2]}}}:n:{B}' o:_0_k" in out
+    assert "size        1024 (1.0 KiB)" in out and f"token {index.ctx.token}" in out
+
+    assert main([*common, "inspect", f"{C}_0_k"]) == 0
+    assert "state       processing since" in capsys.readouterr().out
+
+    assert main([*common, "tree", A]) == 0
+    labels = {B: "1 key, 1.0 KiB", C: "1 key, 512 B, 1 processing, soft-pinned"}
+    first, second = sorted((B, C))  # children are drawn in hash order
+    assert capsys.readouterr().out.splitlines() == [
+        f"{A[:12]}…  1 key, 2.0 KiB",
+        f"├─ {first[:12]}…  {labels[first]}",
+        f"└─ {second[:12]}…  {labels[second]}",
+    ]
 
     assert main([*common, "stats"]) == 0
-    assert "objects 2, nodes 2, used 3.0 KiB of unlimited" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "usage      3 objects in 3 nodes, 3.5 KiB used of unlimited" in out
+    assert "admission  no limit (capacity unlimited)" in out
+    assert "  capacity_bytes                 0 (unlimited) *" in out
 
 
-def test_unknown_targets_and_bad_urls_fail_cleanly(capsys) -> None:
+@needs_redis_cli
+def test_the_printed_redis_cli_commands_show_the_raw_data(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    index = Index.from_url(redis_url, namespace="raw")
+    build(index)
+    assert main(["--url", redis_url, "--namespace", "raw", "inspect", B]) == 0
+    commands = [line.strip() for line in capsys.readouterr().out.splitlines()
+                if line.strip().startswith("redis-cli ")]
+    assert len(commands) == 2
+    hgetall = subprocess.run(shlex.split(commands[0]), capture_output=True, text=True, check=True)
+    fields = hgetall.stdout.split()
+    assert dict(zip(fields[::2], fields[1::2])) == index.client.hgetall(index.ctx.schema.node(B))
+    zscore = subprocess.run(shlex.split(commands[1]), capture_output=True, text=True, check=True)
+    assert float(zscore.stdout) == index.get_node(B).eviction_score  # type: ignore[union-attr]
+
+
+def test_read_only_commands_write_nothing(redis_url: str, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    admin = redis.Redis.from_url(redis_url)
+    build(Index.from_url(redis_url, namespace="ro"))
+    # a user that may only read: any write a command tried would fail it with NOPERM
+    admin.execute_command("ACL", "SETUSER", "reader", "reset", "on", ">reader-pw", "~*",
+                          "+@read", "+time", "+ping", "+client", "+config|get", "+info")
+    url = redis_url.replace("redis://", "redis://reader:reader-pw@")
+    monkeypatch.setenv("MOONCAKE_REDIS_CAPACITY_BYTES", "1GiB")  # must not be stored
+    before = snapshot(admin)
+    for namespace in ("ro", "fresh"):
+        common = ["--url", url, "--namespace", namespace]
+        assert main([*common, "stats"]) == 0
+        assert main([*common, "inspect", A]) == (0 if namespace == "ro" else 1)
+        assert main([*common, "tree", A]) == (0 if namespace == "ro" else 1)
+        assert main([*common, "fsck", "--quiet"]) == 0
+        assert main([*common, "config", "get"]) == 0
+        assert main([*common, "doctor"]) == 1  # the tests' server persists nothing
+    assert "NOPERM" not in capsys.readouterr().err
+    assert snapshot(admin) == before
+    assert not admin.exists("fresh:settings")
+
+
+def test_config_set_stores_settings_and_refuses_what_would_strand_data(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    index = Index.from_url(redis_url, namespace="conf")
+    build(index)
+    common = ["--url", redis_url, "--namespace", "conf"]
+    assert main([*common, "config", "set", "capacity_bytes=1MiB", "high_watermark=0.8"]) == 0
+    assert "capacity_bytes                 1048576 (1.0 MiB)" in capsys.readouterr().out
+    assert index.client.hgetall("conf:settings") == {"capacity_bytes": "1048576",
+                                                     "high_watermark": "0.8"}
+    shard = index.ctx.schema.shard_keys(A[:2]).stats
+    assert int(index.client.hget(shard, "limit")) > 0  # a new capacity rebalances shards
+    assert main([*common, "config", "set", "prefix_extractor=tagged"]) == 2
+    assert "refusing to change prefix_extractor" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage_error:  # argparse: not NAME=VALUE
+        main([*common, "config", "set", "high_watermark"])
+    assert usage_error.value.code == 2
+    assert main([*common, "config", "get", "no_such_setting"]) == 2
+    assert index.client.hget("conf:settings", "prefix_extractor") is None
+
+
+# -- evict, worker, monitor --------------------------------------------------------------
+
+
+def fill(index: Index, pages: int, size: int = 10) -> None:
+    parent = None
+    for number in range(pages):
+        prefix_hash = page(f"fill-{number}")
+        index.put_start(f"{prefix_hash}_0_k", size, parent_block_hash=parent)
+        index.put_end(f"{prefix_hash}_0_k")
+        parent = prefix_hash
+
+
+def test_evict_reports_and_exits_1_when_it_could_not_run(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    index = Index.from_url(redis_url, namespace="ev", capacity_bytes=1 << 20)
+    fill(index, 10, size=100)
+    common = ["--url", redis_url, "--namespace", "ev", "evict", "--quiet"]
+    index.client.set(index.ctx.schema.eviction_lock, "another-job", px=10_000)
+    assert main([*common, "--target", "0.5"]) == 1
+    assert f"stopped:          {LOCK_HELD}" in capsys.readouterr().out
+    index.client.delete(index.ctx.schema.eviction_lock)
+
+    assert main([*common, "--target", "0.0"]) == 0
+    out = capsys.readouterr().out
+    assert f"stopped:          {TARGET_REACHED}" in out
+    assert "leaves evicted:   10" in out and "objects evicted:  10" in out
+    assert "interior nodes:   0" in out and "resolver:         0 unlinks finished" in out
+    assert index.usage().objects == 0 and check(index.ctx).clean
+
+
+def test_worker_runs_a_queued_job_on_the_url_it_was_given(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    queue_url = redis_url.rsplit("/", 1)[0] + "/1"
+    index = Index.from_url(redis_url, namespace="wk", capacity_bytes=1 << 20,
+                           queue_url=queue_url)
+    fill(index, 10)
+    index.set_config(capacity_bytes=100)  # 100 bytes used: above the high watermark
+    from mooncake_redis.workers.jobs import request_eviction
+
+    assert request_eviction(index.ctx)
+    monkeypatch.setenv(ENV_QUEUE_URL, queue_url)
+    monkeypatch.setenv(ENV_URL, "memory://not-this-one")  # --url wins, for jobs too
+    assert main(["--url", redis_url, "--namespace", "wk", "worker", "--burst"]) == 0
+    assert index.usage().used_bytes <= 85
+    assert len(rq.Queue(QUEUE_NAME, connection=redis.Redis.from_url(queue_url))) == 0
+    assert "persists nothing" in capsys.readouterr().err  # doctor's warnings at start
+
+
+def test_monitor_enqueues_above_the_watermark_and_needs_a_queue(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    index = Index.from_url(redis_url, namespace="mon", capacity_bytes=1 << 20)
+    fill(index, 10)
+    index.set_config(capacity_bytes=100)
+    common = ["--url", redis_url, "--namespace", "mon", "monitor", "--interval", "0",
+              "--iterations", "2"]
+    assert main(common) == 2
+    assert ENV_QUEUE_URL in capsys.readouterr().err
+    queue_url = redis_url.rsplit("/", 1)[0] + "/1"
+    monkeypatch.setenv(ENV_QUEUE_URL, queue_url)
+    assert main(common) == 0
+    assert "1 eviction job enqueued" in capsys.readouterr().out  # one queued at a time
+    assert len(rq.Queue(QUEUE_NAME, connection=redis.Redis.from_url(queue_url))) == 1
+
+
+# -- fsck ----------------------------------------------------------------------------------
+
+
+def test_fsck_finds_a_dangling_child_and_repair_fixes_it(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    index = Index.from_url(redis_url, namespace="fs")
+    build(index)
+    common = ["--url", redis_url, "--namespace", "fs", "fsck", "--quiet"]
+    assert main(common) == 0 and "clean" in capsys.readouterr().out
+    # what a crashed writer leaves: the parent lists a child that was never written
+    node = index.ctx.schema.node(A)
+    index.client.hset(node, mapping={page("never"): 1, "nc": 3})
+    before = snapshot(index.client)
+    assert main(common) == 1
+    out = capsys.readouterr().out
+    assert "dangling_child: 1" in out and page("never") in out
+    assert snapshot(index.client) == before  # fsck without --repair reads only
+    assert main([*common, "--repair"]) == 0
+    out = capsys.readouterr().out
+    assert "repaired dangling_link: 1" in out and "clean after repair" in out
+    assert check(index.ctx).clean
+
+
+# -- errors and URLs ---------------------------------------------------------------------
+
+
+def test_errors_are_one_line_with_passwords_masked(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--url", "redis://u:pw-hunter2@127.0.0.1:1/0", "stats"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: Redis at redis://u:***@127.0.0.1:1/0: ")
+    assert err.count("\n") == 1 and "pw-hunter2" not in err
+    assert main(["--url", "redis://127.0.0.1:1/0?password=pw-hunter3", "stats"]) == 2
+    err = capsys.readouterr().err
+    assert "pw-hunter3" not in err and "password=***" in err
+    assert main(["--url", "nonsense", "stats"]) == 2
+    assert capsys.readouterr().err.startswith("error: Redis URL 'nonsense'")
     assert main(["inspect", "nothing"]) == 1
-    assert "no node or object" in capsys.readouterr().err
-    assert main(["--url", "redis://127.0.0.1:1/0", "stats"]) == 2
-    assert "error: Redis at redis://127.0.0.1:1/0" in capsys.readouterr().err
+    assert "no node or object 'nothing' in namespace 'mc'" in capsys.readouterr().err
+
+
+def test_redis_cli_flags_come_from_the_url_without_its_password() -> None:
+    def flags(url: str) -> list[str] | None:
+        cli = RedisCli.for_url(url)
+        return None if cli is None else list(cli.flags)
+
+    assert flags("memory://demo") is None
+    assert flags("redis://h:7000/2") == ["-h", "h", "-p", "7000", "-n", "2"]
+    assert flags("redis://h") == ["-h", "h", "-p", "6379", "-n", "0"]
+    assert flags("redis://u:secret@[::1]:7001?db=3") == ["-h", "::1", "-p", "7001", "-n", "3",
+                                                         "--user", "u"]
+    assert flags("rediss://h:6380/0?ssl_ca_certs=/ca.pem") == [
+        "-h", "h", "-p", "6380", "-n", "0", "--tls", "--cacert", "/ca.pem"]
+    assert flags("unix:///run/redis.sock?db=1") == ["-s", "/run/redis.sock", "-n", "1"]
+    assert flags("redis+cluster://:pw@n1:7000,n2:7001") == ["-c", "-h", "n1", "-p", "7000"]
+    cli = RedisCli.for_url("redis://:secret@h:1/0")
+    assert cli is not None and cli.needs_password and "secret" not in cli.command("GET", "k")
+    assert safe_url("redis+cluster://u:pw@n1:1,n2:2") == "redis+cluster://u:***@n1:1,n2:2"
 
 
 def test_help_lists_every_command() -> None:
     result = run_cli("--help")
-    for command in ("demo", "stats", "inspect", "tree", "sim"):
+    assert result.returncode == 0
+    for command in ("demo", "stats", "inspect", "tree", "config", "evict", "worker", "monitor",
+                    "fsck", "doctor", "sim"):
         assert command in result.stdout
+

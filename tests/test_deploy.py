@@ -12,7 +12,14 @@ import yaml
 from redis_server import RedisServer
 
 from mooncake_redis.cli import build_parser
-from mooncake_redis.config import ENV_URL, env_overrides
+from mooncake_redis.settings import (
+    ENV_NAMESPACE,
+    ENV_PREFIX,
+    ENV_URL,
+    OPTION_NAMES,
+    SETTING_NAMES,
+    from_environment,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,8 +44,13 @@ def test_worker_and_monitor_run_real_commands_with_real_options() -> None:
         service = services[name]
         args = parser.parse_args(service["command"])  # SystemExit here = unknown command
         assert args.command == name
-        environment = service["environment"]
-        env_overrides({k: str(v) for k, v in environment.items()})  # raises on unknown options
+        environment = {k: str(v) for k, v in service["environment"].items()}
+        from_environment(environment)  # raises on a value out of its range
+        # from_environment ignores unknown MOONCAKE_REDIS_* names: a typo must fail here
+        names = {k[len(ENV_PREFIX):].lower() for k in environment
+                 if k.startswith(ENV_PREFIX) and k not in (ENV_URL, ENV_NAMESPACE)}
+        assert names <= set(SETTING_NAMES) | set(OPTION_NAMES), names
+        assert "queue_url" in names  # the worker and monitor need the RQ queue
         assert environment[ENV_URL].startswith("redis://redis:6379/")
         assert service["build"] == "."
         assert service["depends_on"]["redis"]["condition"] == "service_healthy"

@@ -1,0 +1,77 @@
+"""The `config` command: show a namespace's settings, and change them (the one explicit
+writer of `<ns>:settings` besides Index.set_config)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+
+from .index import Index
+from .render import human_bytes
+from .settings import SETTING_NAMES, Settings
+
+
+def settings_lines(index: Index, names: list[str] | None = None) -> list[str]:
+    """The settings as every client of the namespace reads them, marking the ones not
+    stored (their default applies) and stored names this version does not know."""
+    stored = index.client.hgetall(index.ctx.schema.settings)
+    settings = index.ctx.reload_settings()
+    lines = [f"settings of namespace {index.namespace!r} ({index.ctx.schema.settings}; "
+             "* = not stored, the default applies):"]
+    for field in fields(Settings):
+        if names and field.name not in names:
+            continue
+        value = getattr(settings, field.name)
+        shown = str(value)
+        if field.name in ("capacity_bytes", "max_object_size") and value:
+            shown += f" ({human_bytes(value)})"
+        elif field.name == "capacity_bytes":
+            shown += " (unlimited)"
+        mark = "" if field.name in stored else " *"
+        lines.append(f"  {field.name:<30} {shown}{mark}")
+    for name in sorted(set(stored) - set(SETTING_NAMES)):
+        if not names or name in names:
+            lines.append(f"  {name:<30} {stored[name]} (not a setting of this version: ignored)")
+    return lines
+
+
+def assignment(text: str) -> tuple[str, str]:
+    name, equals, value = text.partition("=")
+    if not equals or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    return name.strip(), value.strip()
+
+
+def cmd_config_get(args: argparse.Namespace) -> int:
+    from .cli import OK, fail, open_index
+
+    unknown = [name for name in args.names if name not in SETTING_NAMES]
+    if unknown:
+        return fail(f"unknown settings {', '.join(unknown)}; settings: {', '.join(SETTING_NAMES)}")
+    print("\n".join(settings_lines(open_index(args, read_only=True), args.names)))
+    return OK
+
+
+def cmd_config_set(args: argparse.Namespace) -> int:
+    from .cli import OK, open_index
+
+    index = open_index(args, read_only=True)  # store exactly the changes asked for
+    changes = dict(args.assignments)
+    index.set_config(**changes)
+    print("\n".join(settings_lines(index, list(changes))))
+    return OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    config = subparsers.add_parser(
+        "config", help="show the namespace's settings, or change them for every client")
+    actions = config.add_subparsers(dest="action", required=True, metavar="ACTION")
+    get = actions.add_parser("get", help="show settings (all, or those named; reads only)")
+    get.add_argument("names", nargs="*", metavar="NAME")
+    get.set_defaults(func=cmd_config_get)
+    set_ = actions.add_parser(
+        "set", help="store settings (NAME=VALUE ...); a new capacity_bytes rebalances the "
+                    "shards' admission limits; prefix_extractor and enable_radix_tree are "
+                    "refused on a namespace that holds nodes")
+    set_.add_argument("assignments", nargs="+", type=assignment, metavar="NAME=VALUE")
+    set_.set_defaults(func=cmd_config_set)

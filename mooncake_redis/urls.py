@@ -1,0 +1,96 @@
+"""URLs in the CLI's output: with every password masked, and as the redis-cli flags that
+reach the same Redis (never with its password)."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from .connection import redact
+
+_SECRET_QUERY_NAMES = ("password",)
+
+
+def safe_url(url: str) -> str:
+    """The URL for output: redact()'s password masking, plus any password given as a query
+    parameter (redis-py accepts ?password=...)."""
+    text = redact(url)
+    parts = urlsplit(text)
+    if not parts.query:
+        return text
+    query = "&".join(
+        f"{name}=***" if name.lower() in _SECRET_QUERY_NAMES else f"{name}={value}"
+        for name, _, value in (item.partition("=") for item in parts.query.split("&")))
+    return parts._replace(query=query).geturl()
+
+
+def secrets_of(url: str) -> list[str]:
+    """The passwords a URL carries (in its userinfo or query), to scrub them from messages."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return []
+    found = [parts.password] if parts.password else []
+    if "@" in parts.netloc:  # a cluster URL: urlsplit cannot parse host:port,host:port
+        found.append(unquote(parts.netloc.rpartition("@")[0].partition(":")[2]))
+    for name, values in parse_qs(parts.query).items():
+        if name.lower() in _SECRET_QUERY_NAMES:
+            found += values
+    return [secret for secret in found if secret]
+
+
+@dataclass(frozen=True)
+class RedisCli:
+    """redis-cli with the connection flags of a URL: host, port, database, TLS, user; never
+    its password (redis-cli reads one from REDISCLI_AUTH, see password_note)."""
+
+    flags: tuple[str, ...]
+    needs_password: bool = False
+
+    @property
+    def password_note(self) -> str:
+        return ("(the URL has a password, not printed: export REDISCLI_AUTH=<password> first)"
+                if self.needs_password else "")
+
+    @classmethod
+    def for_url(cls, url: str) -> RedisCli | None:
+        """None for memory://, an in-process store no redis-cli can reach."""
+        parts = urlsplit(url)
+        if parts.scheme == "memory":
+            return None
+        query = {name: values[-1] for name, values in parse_qs(parts.query).items()}
+        flags: list[str] = []
+        if parts.scheme == "unix":
+            flags += ["-s", parts.path]
+        else:
+            host, port = _host_port(parts.netloc.rpartition("@")[2].split(",")[0])
+            if parts.scheme == "redis+cluster":
+                flags.append("-c")  # a cluster has database 0 only
+            flags += ["-h", host, "-p", port]
+        if parts.scheme != "redis+cluster":
+            path_database = parts.path.strip("/") if parts.scheme != "unix" else ""
+            flags += ["-n", query.get("db") or path_database or "0"]
+        if parts.scheme == "rediss":
+            flags.append("--tls")
+            if query.get("ssl_ca_certs"):
+                flags += ["--cacert", query["ssl_ca_certs"]]
+            if query.get("ssl_cert_reqs", "").lower() == "none":
+                flags.append("--insecure")
+        username = unquote(parts.username) if parts.username else query.get("username")
+        if username:
+            flags += ["--user", username]
+        return cls(tuple(flags), bool(secrets_of(url)))
+
+    def command(self, *words: str) -> str:
+        return " ".join(shlex.quote(w) for w in ("redis-cli", *self.flags, *words))
+
+
+def _host_port(netloc: str) -> tuple[str, str]:
+    """(host, port) of `host`, `host:port`, `[v6]` or `[v6]:port`, with redis-cli defaults."""
+    if netloc.startswith("["):
+        host, _, rest = netloc[1:].partition("]")
+        port = rest.lstrip(":")
+    else:
+        host, _, port = netloc.partition(":")
+    return host or "localhost", port or "6379"
