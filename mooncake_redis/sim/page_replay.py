@@ -1,0 +1,149 @@
+"""Serves page-chain requests as an engine does, on one index under one policy, and counts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Container, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from mooncake_redis.sim.eviction_heap import EvictionHeap
+from mooncake_redis.sim.page_index import PageIndex
+from mooncake_redis.sim.page_policies import PagePolicy
+from mooncake_redis.sim.page_trace import NO_PARENT
+
+TOUCH_ORDERS = ("chain", "tip-first")
+"""The order a request's uses reach the policy: root first (as the engine reads them), or
+last page first (as vLLM frees blocks, so that a prefix is always more recent than its
+extensions)."""
+
+
+class OrphanMeter:
+    """Cached pages whose parent is not cached: they hold capacity but no prefix match can
+    reach them. Kept up to date from insert and evict events, never by a census."""
+
+    def __init__(self, parents: Sequence[int], cached: Container[int]) -> None:
+        self._parents = parents
+        self._cached = cached
+        self._cached_children: dict[int, int] = {}
+        self.orphans = 0
+
+    def stored(self, page: int) -> None:
+        parent = self._parents[page]
+        if parent != NO_PARENT:
+            self._cached_children[parent] = self._cached_children.get(parent, 0) + 1
+            if parent not in self._cached:
+                self.orphans += 1
+        self.orphans -= self._cached_children.get(page, 0)  # they have their parent back
+
+    def evicted(self, page: int) -> None:
+        parent = self._parents[page]
+        if parent != NO_PARENT:
+            self._cached_children[parent] -= 1
+            if parent not in self._cached:
+                self.orphans -= 1
+        self.orphans += self._cached_children.get(page, 0)
+
+
+@dataclass
+class ReplayCounters:
+    requests: int = 0
+    requested_pages: int = 0
+    hits: int = 0
+    usable_hits: int = 0
+    pages_stored: int = 0
+    pages_not_stored: int = 0
+    evicted_pages: int = 0
+    orphaned_page_requests: int = 0
+    """Sum over requests of the orphans left after each: their mean is this over requests."""
+    peak_orphaned_pages: int = 0
+    lookup_ns: list[int] = field(default_factory=list)
+    """Per request: the whole chain's lookup."""
+    eviction_ns: list[int] = field(default_factory=list)
+    """Per evicted page: choosing it, removing it, re-queueing a parent that became a leaf."""
+
+
+class PageReplay:
+    """One run: the index, the policy, the eviction heap and the counters.
+
+    Per request, as an engine does: look the chain up (hits: cached pages; usable: the
+    cached leading run, which is all an engine can use), store the missing pages parent
+    first, evicting by the policy while the cache is at capacity, then report a use of
+    every cached page of the chain. The request's own pages are not evictable while it
+    stores; if nothing else is, the rest of its chain is not stored."""
+
+    def __init__(self, parents: Sequence[int], index: PageIndex, policy: PagePolicy,
+                 capacity_pages: int, touch_order: str = "chain",
+                 evicted: list[int] | None = None) -> None:
+        if capacity_pages < 1:
+            raise ValueError(f"capacity must be at least 1 page, got {capacity_pages}")
+        if touch_order not in TOUCH_ORDERS:
+            raise ValueError(f"touch order {touch_order!r} is not one of {TOUCH_ORDERS}")
+        self.index = index
+        self.cached = index.pages
+        self.policy = policy
+        self.capacity_pages = capacity_pages
+        self.tip_first = touch_order == "tip-first"
+        self.heap = EvictionHeap()
+        self.orphans = OrphanMeter(parents, self.cached)
+        self.counters = ReplayCounters()
+        self.evicted = evicted
+        """When a list: every evicted page is appended, in order (for tests)."""
+        self._held: frozenset[int] | set[int] = frozenset()
+
+    def serve(self, chain: Sequence[int]) -> None:
+        counters, cached = self.counters, self.cached
+        start = time.perf_counter_ns()
+        hits, usable = self.index.match(chain)
+        counters.lookup_ns.append(time.perf_counter_ns() - start)
+        counters.requests += 1
+        counters.requested_pages += len(chain)
+        counters.hits += hits
+        counters.usable_hits += usable
+        self._held = set(chain)
+        for position, page in enumerate(chain):
+            if page not in cached and not self.store(page):
+                counters.pages_not_stored += sum(rest not in cached for rest in chain[position:])
+                break
+        self._held = frozenset()
+        self.use(reversed(chain) if self.tip_first else chain)
+        orphans = self.orphans.orphans
+        counters.orphaned_page_requests += orphans
+        counters.peak_orphaned_pages = max(counters.peak_orphaned_pages, orphans)
+
+    def store(self, page: int) -> bool:
+        """Cache `page`, evicting first if the cache is full; False when nothing may go."""
+        cached, capacity = self.cached, self.capacity_pages
+        while len(cached) >= capacity:
+            if not self._evict_one():
+                return False
+        self.index.insert(page)
+        self.orphans.stored(page)
+        self.counters.pages_stored += 1
+        return True
+
+    def use(self, pages: Iterable[int]) -> None:
+        """Report a use of each cached page, in this order; evictable ones are re-queued."""
+        cached, record_use = self.cached, self.policy.record_use
+        is_evictable, push = self.index.is_evictable, self.heap.push
+        for page in pages:
+            if page in cached:
+                score = record_use(page)
+                if is_evictable(page):
+                    push(page, score)
+
+    def _evict_one(self) -> bool:
+        clock, index, policy = time.perf_counter_ns, self.index, self.policy
+        start = clock()
+        victim = self.heap.pop(index.is_evictable, self._held)
+        if victim is None:
+            return False
+        new_leaf = index.remove(victim)
+        policy.forget(victim)
+        if new_leaf is not None:
+            self.heap.push(new_leaf, policy.score(new_leaf))
+        self.counters.eviction_ns.append(clock() - start)
+        self.orphans.evicted(victim)
+        self.counters.evicted_pages += 1
+        if self.evicted is not None:
+            self.evicted.append(victim)
+        return True
