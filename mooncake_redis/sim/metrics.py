@@ -112,7 +112,9 @@ class TraceRunMetrics:
     """Per request (a whole chain's lookup)."""
     eviction_mean_ns: float
     eviction_p99_ns: float
+    memory_bytes_per_page: float
+    """tracemalloc bytes of the index, the policy's state and the eviction heap, per page,
+    holding the trace's first pages (trace_runner.MEMORY_SAMPLE_PAGES of them)."""
     memory_bytes: int
-    """tracemalloc bytes of the index, the policy's state and the eviction heap holding the
-    trace's first `capacity_pages` pages."""
+    """memory_bytes_per_page x capacity_pages: the cache full, stale heap entries aside."""
     seconds: float

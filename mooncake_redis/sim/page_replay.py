@@ -100,26 +100,30 @@ class PageReplay:
         counters.hits += hits
         counters.usable_hits += usable
         self._held = set(chain)
-        for position, page in enumerate(chain):
-            if page not in cached and not self.store(page):
-                counters.pages_not_stored += sum(rest not in cached for rest in chain[position:])
-                break
+        missing = [page for page in chain if page not in cached]
+        stored = self.store(missing)
+        counters.pages_not_stored += len(missing) - stored
         self._held = frozenset()
         self.use(reversed(chain) if self.tip_first else chain)
         orphans = self.orphans.orphans
         counters.orphaned_page_requests += orphans
         counters.peak_orphaned_pages = max(counters.peak_orphaned_pages, orphans)
 
-    def store(self, page: int) -> bool:
-        """Cache `page`, evicting first if the cache is full; False when nothing may go."""
+    def store(self, pages: Sequence[int]) -> int:
+        """Cache the leading pages of `pages` (parent first, none cached) that room can be
+        made for; returns how many. Evicting them all first chooses the same victims as
+        evicting before each page would: the pages being stored are held either way."""
         cached, capacity = self.cached, self.capacity_pages
-        while len(cached) >= capacity:
-            if not self._evict_one():
-                return False
-        self.index.insert(page)
-        self.orphans.stored(page)
-        self.counters.pages_stored += 1
-        return True
+        shortfall = len(cached) + len(pages) - capacity
+        if shortfall > 0:
+            self._evict(shortfall)
+        room = min(len(pages), capacity - len(cached))
+        insert, stored = self.index.insert, self.orphans.stored
+        for page in pages[:room]:
+            insert(page)
+            stored(page)
+        self.counters.pages_stored += room
+        return room
 
     def use(self, pages: Iterable[int]) -> None:
         """Report a use of each cached page, in this order; evictable ones are re-queued."""
@@ -131,19 +135,24 @@ class PageReplay:
                 if is_evictable(page):
                     push(page, score)
 
-    def _evict_one(self) -> bool:
-        clock, index, policy = time.perf_counter_ns, self.index, self.policy
-        start = clock()
-        victim = self.heap.pop(index.is_evictable, self._held)
-        if victim is None:
-            return False
-        new_leaf = index.remove(victim)
-        policy.forget(victim)
-        if new_leaf is not None:
-            self.heap.push(new_leaf, policy.score(new_leaf))
-        self.counters.eviction_ns.append(clock() - start)
-        self.orphans.evicted(victim)
-        self.counters.evicted_pages += 1
-        if self.evicted is not None:
-            self.evicted.append(victim)
-        return True
+    def _evict(self, count: int) -> None:
+        """Evict up to `count` pages, one policy choice at a time, while any may go."""
+        clock, pop, push = time.perf_counter_ns, self.heap.pop, self.heap.push
+        index, policy, held = self.index, self.policy, self._held
+        is_evictable, remove, forget, score = (
+            index.is_evictable, index.remove, policy.forget, policy.score)
+        timings, orphan_evicted, log = self.counters.eviction_ns, self.orphans.evicted, self.evicted
+        for _ in range(count):
+            start = clock()
+            victim = pop(is_evictable, held)
+            if victim is None:
+                return
+            new_leaf = remove(victim)
+            forget(victim)
+            if new_leaf is not None:
+                push(new_leaf, score(new_leaf))
+            timings.append(clock() - start)
+            orphan_evicted(victim)
+            self.counters.evicted_pages += 1
+            if log is not None:
+                log.append(victim)

@@ -37,7 +37,7 @@ _TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("lookup_ns_per_page", "{:,.0f}"),
     ("eviction_mean_ns", "{:,.0f}"),
     ("eviction_p99_ns", "{:,.0f}"),
-    ("memory_bytes", "{:,}"),
+    ("memory_bytes_per_page", "{:,.0f}"),
     ("seconds", "{:.2f}"),
 )
 

@@ -105,28 +105,32 @@ def replay_pages(trace: PageTrace, index_name: str, policy_name: str, capacity: 
     return replay
 
 
-def measure_memory(trace: PageTrace, index_name: str, policy_name: str, capacity: int,
-                   settings: TraceSettings) -> int:
-    """Bytes the index, the policy and the heap take holding pages 0..capacity-1 (the first
-    pages the trace stores: a tree, since parents come first), nothing else."""
-    pages = list(range(min(capacity, trace.distinct_pages)))  # the ints exist before tracing
+MEMORY_SAMPLE_PAGES = 20_000
+"""Pages held while memory is measured: tracemalloc makes every allocation several times
+slower, so one sample per (index, policy) stands for every capacity."""
+
+
+def measure_bytes_per_page(trace: PageTrace, index_name: str, policy_name: str,
+                           settings: TraceSettings) -> float:
+    """Bytes the index, the policy and the heap take per page, holding the trace's first
+    MEMORY_SAMPLE_PAGES pages (a tree, since parents come first) and nothing else."""
+    pages = list(range(min(MEMORY_SAMPLE_PAGES, trace.distinct_pages)))  # ints made untraced
     gc.collect()
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        replay = new_replay(trace, index_name, policy_name, capacity, settings)
-        for page in pages:
-            replay.store(page)
+        replay = new_replay(trace, index_name, policy_name, len(pages), settings)
+        replay.store(pages)
         replay.use(pages)
         after = tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()
     del replay
-    return after - before
+    return (after - before) / max(1, len(pages))
 
 
 def run_trace_one(trace: PageTrace, index_name: str, policy_name: str, fraction: float,
-                  settings: TraceSettings, memory_bytes: int) -> TraceRunMetrics:
+                  settings: TraceSettings, bytes_per_page: float) -> TraceRunMetrics:
     """Replay the whole trace on a fresh cache under one policy and capacity."""
     capacity = capacity_pages(trace, fraction)
     started = time.perf_counter()
@@ -158,7 +162,8 @@ def run_trace_one(trace: PageTrace, index_name: str, policy_name: str, fraction:
         lookup_p99_ns=percentile(counters.lookup_ns, 0.99),
         eviction_mean_ns=mean(counters.eviction_ns),
         eviction_p99_ns=percentile(counters.eviction_ns, 0.99),
-        memory_bytes=memory_bytes,
+        memory_bytes_per_page=bytes_per_page,
+        memory_bytes=round(bytes_per_page * capacity),
         seconds=seconds,
     )
 
@@ -166,12 +171,14 @@ def run_trace_one(trace: PageTrace, index_name: str, policy_name: str, fraction:
 def run_trace_experiment(trace: PageTrace, settings: TraceSettings,
                          show_progress: bool = True) -> list[TraceRunMetrics]:
     """Every combination of the settings, in a stable order, with a progress bar on stderr."""
+    bytes_per_page: dict[tuple[str, str], float] = {}
     results = []
     for index_name, policy_name, fraction in tqdm(
         settings.combinations(), desc="sim trace", unit="run", disable=not show_progress
     ):
-        memory = measure_memory(trace, index_name, policy_name,
-                                capacity_pages(trace, fraction), settings)
+        pair = (index_name, policy_name)
+        if pair not in bytes_per_page:
+            bytes_per_page[pair] = measure_bytes_per_page(trace, *pair, settings)
         results.append(run_trace_one(trace, index_name, policy_name, fraction, settings,
-                                     memory))
+                                     bytes_per_page[pair]))
     return results
