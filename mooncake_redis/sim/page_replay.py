@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -11,10 +12,14 @@ from mooncake_redis.sim.page_index import PageIndex
 from mooncake_redis.sim.page_policies import PagePolicy
 from mooncake_redis.sim.page_trace import NO_PARENT
 
-TOUCH_ORDERS = ("chain", "tip-first")
-"""The order a request's uses reach the policy: root first (as the engine reads them), or
+TOUCH_ORDERS = ("chain", "tip-first", "shuffled")
+"""The order a request's uses reach the policy: root first (as the engine reads them),
 last page first (as vLLM frees blocks, so that a prefix is always more recent than its
-extensions)."""
+extensions), or shuffled (as when a request's pages share one timestamp and ties fall by
+key, as with the service's millisecond lease times)."""
+
+SHUFFLE_SEED = 0
+"""Seed of the shuffled touch order, so that a replay is deterministic."""
 
 
 class OrphanMeter:
@@ -82,7 +87,8 @@ class PageReplay:
         self.cached = index.pages
         self.policy = policy
         self.capacity_pages = capacity_pages
-        self.tip_first = touch_order == "tip-first"
+        self.touch_order = touch_order
+        self._shuffler = random.Random(SHUFFLE_SEED)
         self.heap = EvictionHeap()
         self.orphans = OrphanMeter(parents, self.cached)
         self.counters = ReplayCounters()
@@ -104,7 +110,7 @@ class PageReplay:
         stored = self.store(missing)
         counters.pages_not_stored += len(missing) - stored
         self._held = frozenset()
-        self.use(reversed(chain) if self.tip_first else chain)
+        self.use(self._in_touch_order(chain))
         orphans = self.orphans.orphans
         counters.orphaned_page_requests += orphans
         counters.peak_orphaned_pages = max(counters.peak_orphaned_pages, orphans)
@@ -124,6 +130,13 @@ class PageReplay:
             stored(page)
         self.counters.pages_stored += room
         return room
+
+    def _in_touch_order(self, chain: Sequence[int]) -> Iterable[int]:
+        if self.touch_order == "tip-first":
+            return reversed(chain)
+        if self.touch_order == "shuffled":
+            return self._shuffler.sample(chain, len(chain))
+        return chain
 
     def use(self, pages: Iterable[int]) -> None:
         """Report a use of each cached page, in this order; evictable ones are re-queued."""

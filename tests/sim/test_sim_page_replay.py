@@ -5,6 +5,7 @@ eviction differs from a hash table's LRU where it should."""
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 
 from mooncake_redis.sim.eviction_heap import EvictionHeap
 from mooncake_redis.sim.page_policies import PAGE_POLICY_NAMES
-from mooncake_redis.sim.page_replay import ReplayCounters
+from mooncake_redis.sim.page_replay import SHUFFLE_SEED, TOUCH_ORDERS, ReplayCounters
 from mooncake_redis.sim.page_trace import NO_PARENT, PageTrace, build_page_trace
 from mooncake_redis.sim.trace import TraceRequest
 from mooncake_redis.sim.trace_runner import (
@@ -52,10 +53,11 @@ class Reference:
     page, scores it from its whole history, and checks which pages have cached children."""
 
     def __init__(self, trace: PageTrace, capacity: int, leaf_first: bool, score: Score,
-                 tip_first: bool) -> None:
+                 touch_order: str) -> None:
         self.parents = trace.parents
-        self.capacity, self.leaf_first, self.score, self.tip_first = (
-            capacity, leaf_first, score, tip_first)
+        self.capacity, self.leaf_first, self.score = capacity, leaf_first, score
+        self.touch_order = touch_order
+        self.shuffler = random.Random(SHUFFLE_SEED)
         self.uses: dict[int, list[int]] = {}  # cached page -> use ticks since it was cached
         self.ticks = itertools.count(1)
         self.hits = self.usable = self.not_stored = 0
@@ -78,7 +80,9 @@ class Reference:
                 del cached[victim]
                 self.evicted.append(victim)
             cached[page] = []
-        for page in reversed(chain) if self.tip_first else chain:
+        order = {"chain": list(chain), "tip-first": list(reversed(chain)),
+                 "shuffled": self.shuffler.sample(chain, len(chain))}[self.touch_order]
+        for page in order:
             if page in cached:
                 cached[page].append(next(self.ticks))
         self.orphans_after_each_request.append(sum(
@@ -100,7 +104,7 @@ def _both(trace: PageTrace, index: str, policy: str, capacity: int,
     evicted: list[int] = []
     replay = new_replay(trace, index, policy, capacity, settings, evicted)
     reference = Reference(trace, capacity, index == "radix", REFERENCE_SCORES[policy],
-                          touch_order == "tip-first")
+                          touch_order)
     orphans = []
     for chain in trace.chains:
         replay.serve(chain)
@@ -110,7 +114,7 @@ def _both(trace: PageTrace, index: str, policy: str, capacity: int,
 
 
 @pytest.mark.parametrize(("seed", "capacity"), [(1, None), (2, None), (3, 6)])
-@pytest.mark.parametrize("touch_order", ["chain", "tip-first"])
+@pytest.mark.parametrize("touch_order", TOUCH_ORDERS)
 @pytest.mark.parametrize("policy", PAGE_POLICY_NAMES)
 @pytest.mark.parametrize("index", TRACE_INDEX_NAMES)
 def test_every_eviction_is_the_one_a_full_scan_would_choose(
