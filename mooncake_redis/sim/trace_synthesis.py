@@ -1,7 +1,9 @@
-"""Synthetic traces in Mooncake's JSONL format: chat-shaped page chains of any size, for
-tests and for timing the replay on traces larger than the published ones.
+"""Synthetic traces in Mooncake's JSONL format: chat-shaped page chains of any size and
+shape, for tests, for timing the replay beyond the published traces' sizes, and for
+workloads they do not cover.
 
-    python -m mooncake_redis.sim.trace_synthesis OUT.jsonl --requests 12000 --seed 1
+    python -m mooncake_redis.sim.trace_synthesis OUT.jsonl --requests 12000 --seed 1 \
+        --system-prompt-pages 20,60 --branch 0.3
 """
 
 from __future__ import annotations
@@ -28,9 +30,21 @@ class ChainShape:
     system_prompts: int = 8
     system_prompt_pages: tuple[int, int] = (1, 8)
     new_pages: tuple[int, int] = (1, 12)
-    follow_up: float = 0.6
+    follow_up: float = 0.7
     branch: float = 0.1
-    recent_requests: int = 400
+    recent_requests: int = 3000
+
+    def __post_init__(self) -> None:
+        for name in ("system_prompt_pages", "new_pages"):
+            low, high = getattr(self, name)
+            if not 0 <= low <= high:
+                raise ValueError(f"{name} must be a range low,high with 0 <= low <= high")
+        if self.system_prompts < 1 or self.recent_requests < 1 or self.system_prompt_pages[0] < 1:
+            raise ValueError("system_prompts, recent_requests and system prompt pages must be "
+                             "at least 1")
+        for name in ("follow_up", "branch"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} is a probability, in 0..1")
 
 
 def synthetic_chains(requests: int, seed: int = 0,
@@ -68,20 +82,44 @@ def write_trace(path: Path, chains: Sequence[Sequence[int]]) -> None:
             handle.write(json.dumps(record) + "\n")
 
 
+def _page_range(text: str) -> tuple[int, int]:
+    low, _, high = text.partition(",")
+    try:
+        return int(low), int(high or low)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a range like 1,8") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mooncake_redis.sim.trace_synthesis",
-                                     description="Write a synthetic Mooncake-format trace.")
+    parser = argparse.ArgumentParser(
+        prog="python -m mooncake_redis.sim.trace_synthesis",
+        description="Write a synthetic Mooncake-format trace. " + " ".join(
+            (ChainShape.__doc__ or "").split()),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("out", type=Path)
-    parser.add_argument("--requests", type=int, default=12_000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--requests", type=int, default=12_000, help="requests to write")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the same seed and shape give the same trace")
+    defaults = ChainShape()
+    for field in fields(ChainShape):
+        default = getattr(defaults, field.name)
+        parser.add_argument(
+            "--" + field.name.replace("_", "-"),
+            type=_page_range if isinstance(default, tuple) else type(default),
+            default=default,
+            help=field.name.replace("_", " ")
+            + (" (pages: low,high)" if isinstance(default, tuple) else ""))
     args = parser.parse_args(argv)
-    chains = synthetic_chains(args.requests, args.seed)
+    try:
+        shape = ChainShape(**{field.name: getattr(args, field.name)
+                              for field in fields(ChainShape)})
+    except ValueError as error:
+        parser.error(str(error))
+    chains = synthetic_chains(args.requests, args.seed, shape)
     write_trace(args.out, chains)
     distinct = len({page for chain in chains for page in chain})
     print(f"wrote {args.out}: {len(chains)} requests, {sum(map(len, chains))} pages, "
-          f"{distinct} distinct; shape: "
-          + ", ".join(f"{field.name}={getattr(ChainShape(), field.name)}"
-                      for field in fields(ChainShape)))
+          f"{distinct} distinct")
     return 0
 
 

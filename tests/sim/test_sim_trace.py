@@ -18,6 +18,7 @@ from mooncake_redis.sim.page_trace import (
 )
 from mooncake_redis.sim.trace import TraceFormatError, iter_trace
 from mooncake_redis.sim.trace_synthesis import ChainShape, synthetic_chains, write_trace
+from mooncake_redis.sim.trace_synthesis import main as synthesis_main
 
 SHARED_TRACE = Path(__file__).parents[3] / "shared" / "traces" / "mooncake_synthetic_trace.jsonl"
 
@@ -152,3 +153,14 @@ def test_the_published_synthetic_trace_reads_as_documented() -> None:
     assert len(trace.chains) == 3993
     assert (trace.requested_pages, trace.distinct_pages) == (121_877, 43_924)
     assert sum(parent == NO_PARENT for parent in trace.parents) == 2211
+
+
+def test_the_generator_command_writes_a_trace_of_the_asked_shape(tmp_path: Path) -> None:
+    out = tmp_path / "generated.jsonl"
+    assert synthesis_main([str(out), "--requests", "200", "--system-prompts", "1",
+                           "--system-prompt-pages", "5,5", "--follow-up", "0"]) == 0
+    trace = read_page_trace(out)
+    assert len(trace.chains) == 200
+    assert {trace.chains[0][:5]} == {chain[:5] for chain in trace.chains}  # the one prompt
+    with pytest.raises(SystemExit):
+        synthesis_main([str(out), "--new-pages", "3,1"])
