@@ -3,11 +3,15 @@ score goes first. They keep state for cached pages only (`forget` drops an evict
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from mooncake_redis.sim.policies import BlockHeatPolicy, LruPolicy, PrefixProtectedLruPolicy
+from mooncake_redis.sim.policies import (
+    BlockHeatPolicy,
+    LruPolicy,
+    PrefixProtectedLruPolicy,
+    heat_after_use,
+)
 
 
 class PagePolicy(ABC):
@@ -85,11 +89,9 @@ class PagePrefixProtectedPolicy(PageLruPolicy):
 
 
 class PageBlockHeatPolicy(PagePolicy):
-    """Coldest first: heat is a use count that halves every `half_life_uses` uses.
-
-    Kept as log2 of the sum of 2**(tick / half_life) over the page's uses, which orders
-    pages exactly as the decayed counts do, changes only when the page is used, and never
-    overflows (the synthetic sim's block-heat, with the trace's 512-token pages as blocks)."""
+    """Coldest first: heat is a use count that halves every `half_life_uses` uses, as in the
+    synthetic sim's block-heat (heat_after_use), with the trace's 512-token pages as the
+    blocks. It changes only when the page is used."""
 
     name = BlockHeatPolicy.name
 
@@ -102,14 +104,8 @@ class PageBlockHeatPolicy(PagePolicy):
 
     def record_use(self, page: int) -> float:
         self._ticks += 1
-        now = self._ticks / self._half_life
-        before = self._log_heat.get(page)
-        if before is None:
-            heat = now
-        else:
-            high, low = (now, before) if now >= before else (before, now)
-            heat = high + math.log2(1.0 + 2.0 ** (low - high))
-        self._log_heat[page] = heat
+        heat = self._log_heat[page] = heat_after_use(self._log_heat.get(page),
+                                                     self._ticks / self._half_life)
         return heat
 
     def score(self, page: int) -> float:

@@ -89,7 +89,7 @@ class PageReplay:
         self.capacity_pages = capacity_pages
         self.touch_order = touch_order
         self._shuffler = random.Random(SHUFFLE_SEED)
-        self.heap = EvictionHeap()
+        self.heap: EvictionHeap[int] = EvictionHeap()
         self.orphans = OrphanMeter(parents, self.cached)
         self.counters = ReplayCounters()
         self.evicted = evicted
