@@ -65,8 +65,9 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
         "--touch-order",
         choices=TOUCH_ORDERS,
         default=TOUCH_ORDERS[0],
-        help="order in which a request's page uses reach the policy: chain (root first) or "
-             "tip-first (last page first, as vLLM frees blocks)",
+        help="order in which a request's page uses reach the policy: chain (root first), "
+             "tip-first (last page first, as vLLM frees blocks) or shuffled (seeded; as when "
+             "the pages share one timestamp and ties fall by key)",
     )
 
 
