@@ -84,29 +84,33 @@ def read_page_trace(path: Path, limit: int | None = None) -> PageTrace:
 
 
 class ServicePage(NamedTuple):
-    """A page as the service registers it: its prefix hash and its parent's (None: a root)."""
+    """A page as the service registers it: its number in the trace, its prefix hash and its
+    parent's (None: a first page)."""
 
+    page: int
     prefix_hash: str
     parent_hash: str | None
 
 
-def service_chains(trace: PageTrace) -> Iterator[list[ServicePage]]:
-    """Per request, in trace order, its pages parent first, as the service stores them.
-
-    A page's prefix hash is the 64-hex blake3 of the ids up to and including it, joined by
-    commas (`0,1,2` for the third page of `[0, 1, 2, ...]`); each distinct page is hashed
-    once."""
-    digests: list[str | None] = [None] * trace.distinct_pages
+def prefix_hashes(trace: PageTrace) -> list[str]:
+    """Page -> its prefix hash: the 64-hex blake3 of the ids up to and including it, joined
+    by commas (`0,1,2` for the third page of `[0, 1, 2, ...]`), each page hashed once."""
+    digests = [""] * trace.distinct_pages  # every page is in a chain, so all get filled
     block_ids = trace.block_ids
     for chain in trace.chains:
+        if all(digests[page] for page in chain):
+            continue
         hasher = blake3()
-        pages = []
-        parent_hash: str | None = None
         for position, page in enumerate(chain):
             hasher.update(b"%s%d" % (b"," if position else b"", block_ids[page]))
-            digest = digests[page]
-            if digest is None:
-                digest = digests[page] = hasher.copy().hexdigest()
-            pages.append(ServicePage(digest, parent_hash))
-            parent_hash = digest
-        yield pages
+            if not digests[page]:
+                digests[page] = hasher.copy().hexdigest()
+    return digests
+
+
+def service_chains(trace: PageTrace) -> Iterator[list[ServicePage]]:
+    """Per request, in trace order, its pages parent first, as the service stores them."""
+    hashes = prefix_hashes(trace)
+    for chain in trace.chains:
+        yield [ServicePage(page, hashes[page], hashes[chain[position - 1]] if position else None)
+               for position, page in enumerate(chain)]

@@ -13,6 +13,7 @@ from mooncake_redis.sim.page_trace import (
     NO_PARENT,
     ServicePage,
     build_page_trace,
+    prefix_hashes,
     read_page_trace,
     service_chains,
 )
@@ -127,12 +128,13 @@ def test_service_pages_carry_the_prefix_hash_of_their_ids_and_their_parents(
         return blake3(",".join(map(str, ids)).encode()).hexdigest()
 
     assert first == [
-        ServicePage(prefix_hash(0), None),
-        ServicePage(prefix_hash(0, 1), prefix_hash(0)),
-        ServicePage(prefix_hash(0, 1, 2), prefix_hash(0, 1)),
+        ServicePage(0, prefix_hash(0), None),
+        ServicePage(1, prefix_hash(0, 1), prefix_hash(0)),
+        ServicePage(2, prefix_hash(0, 1, 2), prefix_hash(0, 1)),
     ]
     assert second[:2] == first[:2]
-    assert second[2] == ServicePage(prefix_hash(0, 1, 9), prefix_hash(0, 1))
+    assert second[2] == ServicePage(3, prefix_hash(0, 1, 9), prefix_hash(0, 1))
+    assert prefix_hashes(trace) == [page.prefix_hash for page in first + second[2:]]
     assert len(prefix_hash(0)) == 64
 
 
