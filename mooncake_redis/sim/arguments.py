@@ -7,6 +7,9 @@ from collections.abc import Callable, Sequence
 
 from mooncake_redis.sim.runner import check_capacity_fractions, check_names
 
+BAD_INPUT_EXIT_CODE = 2
+"""What `sim` returns for input it cannot use, as argparse exits for an option it rejects."""
+
 
 def at_least(minimum: int) -> Callable[[str], int]:
     def parse(text: str) -> int:

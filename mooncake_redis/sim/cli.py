@@ -9,7 +9,13 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-from mooncake_redis.sim.arguments import at_least, capacity_fraction, capacity_fractions, names_from
+from mooncake_redis.sim.arguments import (
+    BAD_INPUT_EXIT_CODE,
+    at_least,
+    capacity_fraction,
+    capacity_fractions,
+    names_from,
+)
 from mooncake_redis.sim.metrics import timer_overhead_ns
 from mooncake_redis.sim.policies import POLICY_NAMES
 from mooncake_redis.sim.redis_backend import DEFAULT_CAPACITY_FRACTION, run_redis_backend
@@ -33,8 +39,6 @@ from mooncake_redis.sim.workload import (
     WorkloadConfig,
     generate_workload,
 )
-
-BAD_INPUT_EXIT_CODE = 2
 
 _WORKLOAD_HELP = {
     "sessions": "concurrent chat sessions, their turns interleaved at random",

@@ -44,6 +44,7 @@ class HashPageIndex:
     name = "hash"
 
     def __init__(self, parents: Sequence[int]) -> None:
+        del parents  # a hash table knows no structure: it is what it lacks
         self._pages: set[int] = set()
 
     def match(self, chain: Sequence[int]) -> tuple[int, int]:

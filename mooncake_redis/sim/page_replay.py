@@ -51,6 +51,8 @@ class OrphanMeter:
 
 @dataclass
 class ReplayCounters:
+    """What one replay counted and timed, request by request."""
+
     requests: int = 0
     requested_pages: int = 0
     hits: int = 0

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from mooncake_redis.sim.arguments import at_least
+from mooncake_redis.sim.arguments import BAD_INPUT_EXIT_CODE, at_least
 from mooncake_redis.sim.kv_layout import kv_page_bytes
 from mooncake_redis.sim.metrics import TraceRunMetrics, timer_overhead_ns
 from mooncake_redis.sim.page_replay import TOUCH_ORDERS
@@ -76,7 +76,7 @@ def run_trace(args: argparse.Namespace) -> int:
     input the replay cannot use."""
     def refuse(problem: str) -> int:
         print(f"mooncake-redis sim: error: {problem}", file=sys.stderr)
-        return 2
+        return BAD_INPUT_EXIT_CODE
 
     if args.backend != "memory":
         return refuse("--trace replays in memory only for now; the service replay of traces "

@@ -25,8 +25,9 @@ from mooncake_redis.sim.page_policies import (
 )
 from mooncake_redis.sim.page_replay import TOUCH_ORDERS, PageReplay
 from mooncake_redis.sim.page_trace import PageTrace
-from mooncake_redis.sim.runner import check_capacity_fractions, check_names
+from mooncake_redis.sim.runner import check_capacity_fractions, check_names, combinations
 from mooncake_redis.sim.trace import TRACE_BLOCK_TOKENS
+from mooncake_redis.sim.workload import WorkloadConfig
 
 PAGE_INDEXES: dict[str, Callable[[Sequence[int]], PageIndex]] = {
     HashPageIndex.name: HashPageIndex,
@@ -34,7 +35,9 @@ PAGE_INDEXES: dict[str, Callable[[Sequence[int]], PageIndex]] = {
 }
 TRACE_INDEX_NAMES = tuple(PAGE_INDEXES)
 
-DEFAULT_PAGE_BYTES = kv_page_bytes(TRACE_BLOCK_TOKENS, layers=2, heads=2)
+DEFAULT_PAGE_BYTES = kv_page_bytes(TRACE_BLOCK_TOKENS, WorkloadConfig.layers,
+                                   WorkloadConfig.heads)
+"""A trace page at the CLI's default --layers and --heads."""
 
 
 @dataclass(frozen=True)
@@ -59,12 +62,7 @@ class TraceSettings:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
     def combinations(self) -> list[tuple[str, str, float]]:
-        return [
-            (index, policy, fraction)
-            for fraction in self.capacity_fractions
-            for policy in self.policies
-            for index in self.indexes
-        ]
+        return combinations(self.indexes, self.policies, self.capacity_fractions)
 
 
 def make_page_policy(name: str, settings: TraceSettings) -> PagePolicy:
