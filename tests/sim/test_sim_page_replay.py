@@ -191,7 +191,7 @@ def test_a_chain_longer_than_the_cache_stores_what_fits_and_keeps_its_own_pages(
 
 
 def test_the_heap_skips_stale_entries_and_stays_compact() -> None:
-    heap = EvictionHeap()
+    heap: EvictionHeap[int] = EvictionHeap()
     for round_number in range(3000):
         heap.push(round_number % 3, score=-round_number)  # rescoring: older entries go stale
     assert len(heap) <= 2 * 3 + 1024 + 1
