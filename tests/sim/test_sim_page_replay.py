@@ -160,6 +160,21 @@ def test_a_hash_lru_touched_tip_first_evicts_exactly_what_leaf_first_lru_evicts(
         assert tip_first == leaf_first
 
 
+@pytest.mark.parametrize("policy", ["lru", "prefix-protected"])
+def test_the_tree_evicts_the_same_pages_whatever_the_touch_order(policy: str) -> None:
+    """The pages a request leaves cached are a path with one leaf, so the order of its uses
+    never decides between two leaves (recency across requests does)."""
+    trace = _small_tree_trace(seed=9)
+    capacity = max(4, trace.distinct_pages // 6)
+    victims = []
+    for touch_order in TOUCH_ORDERS:
+        evicted: list[int] = []
+        replay_pages(trace, "radix", policy, capacity, TraceSettings(touch_order=touch_order),
+                     evicted=evicted)
+        victims.append(evicted)
+    assert len(victims[0]) > 100 and victims[1:] == victims[:1] * 2
+
+
 def test_a_parent_left_without_children_competes_at_once_with_its_own_recency() -> None:
     #            requests: [a b]  [c]  [a]   [d]       [e]
     # radix:              b, c, a cached; d evicts b (oldest leaf), then a is a leaf used
