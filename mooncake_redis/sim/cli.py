@@ -5,11 +5,17 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
-from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from mooncake_redis.sim.arguments import (
+    BAD_INPUT_EXIT_CODE,
+    at_least,
+    capacity_fraction,
+    capacity_fractions,
+    names_from,
+)
 from mooncake_redis.sim.metrics import timer_overhead_ns
 from mooncake_redis.sim.policies import POLICY_NAMES
 from mooncake_redis.sim.redis_backend import DEFAULT_CAPACITY_FRACTION, run_redis_backend
@@ -24,18 +30,15 @@ from mooncake_redis.sim.report import (
 from mooncake_redis.sim.runner import (
     INDEX_NAMES,
     SimulationSettings,
-    check_capacity_fractions,
-    check_names,
     run_experiment,
 )
+from mooncake_redis.sim.trace_cli import add_trace_arguments, run_trace
 from mooncake_redis.sim.workload import (
     DEFAULT_PAGE_TOKENS,
     MAY_BE_ZERO,
     WorkloadConfig,
     generate_workload,
 )
-
-BAD_INPUT_EXIT_CODE = 2
 
 _WORKLOAD_HELP = {
     "sessions": "concurrent chat sessions, their turns interleaved at random",
@@ -53,56 +56,15 @@ _WORKLOAD_HELP = {
 }
 
 
-def _at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} is below the minimum {minimum}")
-        return value
-
-    return parse
-
-
-def _capacity_fractions(text: str) -> tuple[float, ...]:
-    try:
-        fractions = tuple(float(part) for part in text.split(","))
-        check_capacity_fractions(fractions)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
-    return fractions
-
-
-def _capacity_fraction(text: str) -> float:
-    fractions = _capacity_fractions(text)
-    if len(fractions) != 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give one fraction, not a list")
-    return fractions[0]
-
-
-def _names_from(known: Sequence[str], kind: str) -> Callable[[str], tuple[str, ...]]:
-    def parse(text: str) -> tuple[str, ...]:
-        names = tuple(name.strip() for name in text.split(",") if name.strip())
-        try:
-            check_names(kind, names, known)
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-        return names
-
-    return parse
-
-
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add the `sim` sub-command to a CLI's sub-parsers."""
     parser = subparsers.add_parser(
         "sim",
         help="simulate hash-table vs radix-tree KV-cache indexes under eviction policies",
         description=(
-            "Replay a generated multi-turn chat workload against every chosen (index, "
-            "policy, capacity) and report hit rate, lookup and eviction time, and index "
-            "memory. See docs/SIMULATION.md."
+            "Replay a generated multi-turn chat workload, or with --trace the page chains of "
+            "a Mooncake trace, against every chosen (index, policy, capacity) and report hit "
+            "rate, lookup and eviction time, and index memory. See docs/SIMULATION.md."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -111,7 +73,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     for field in fields(WorkloadConfig):
         workload.add_argument(
             "--" + field.name.replace("_", "-"),
-            type=_at_least(0 if field.name in MAY_BE_ZERO else 1),
+            type=at_least(0 if field.name in MAY_BE_ZERO else 1),
             default=getattr(defaults, field.name),
             help=_WORKLOAD_HELP[field.name],
         )
@@ -119,37 +81,39 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     settings = SimulationSettings()
     experiment.add_argument(
         "--indexes",
-        type=_names_from(INDEX_NAMES, "index"),
-        default=",".join(settings.indexes),
-        help=f"comma-separated indexes to compare, from {', '.join(INDEX_NAMES)}",
+        type=names_from(INDEX_NAMES, "index"),
+        default=argparse.SUPPRESS,  # each mode has its own default
+        help=f"comma-separated indexes to compare, from {', '.join(INDEX_NAMES)} (default: "
+             "all of them; with --trace, hash and radix, the two that hold page chains)",
     )
     experiment.add_argument(
         "--policies",
-        type=_names_from(POLICY_NAMES, "policy"),
+        type=names_from(POLICY_NAMES, "policy"),
         default=",".join(settings.policies),
         help=f"comma-separated eviction policies, from {', '.join(POLICY_NAMES)}",
     )
     experiment.add_argument(
         "--capacities",
-        type=_capacity_fractions,
+        type=capacity_fractions,
         default=",".join(map(str, settings.capacity_fractions)),
         help="comma-separated cache capacities as fractions of the working set, e.g. 0.1,0.2",
     )
     experiment.add_argument(
         "--scan-limit",
-        type=_at_least(1),
+        type=at_least(1),
         default=settings.scan_limit,
-        help="entries hash-bounded-scan looks at for an unprotected victim before giving up",
+        help="entries hash-bounded-scan looks at for an unprotected victim before giving up "
+             "(not with --trace)",
     )
     experiment.add_argument(
         "--block-tokens",
-        type=_at_least(1),
+        type=at_least(1),
         default=settings.block_tokens,
-        help="positions per block for block-heat eviction",
+        help="positions per block for block-heat eviction (with --trace a block is a page)",
     )
     experiment.add_argument(
         "--half-life-uses",
-        type=_at_least(1),
+        type=at_least(1),
         default=settings.half_life_uses,
         help="position uses after which a block's access heat has halved (block-heat)",
     )
@@ -177,26 +141,30 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     backend.add_argument(
         "--page-tokens",
-        type=_at_least(1),
+        type=at_least(1),
         default=DEFAULT_PAGE_TOKENS,
-        help="tokens per KV page in the page chains the redis backend replays",
+        help="tokens per KV page in the page chains the redis backend replays (a trace's "
+             "pages are its 512-token blocks)",
     )
     backend.add_argument(
         "--capacity-fraction",
-        type=_capacity_fraction,
+        type=capacity_fraction,
         default=DEFAULT_CAPACITY_FRACTION,
         help="redis backend: capacity_bytes as a fraction of the bytes the workload stores",
     )
+    add_trace_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the sub-command; the exit code is 0, or 2 for input the simulation cannot use."""
+    if hasattr(args, "trace"):
+        return run_trace(args)
     try:
         config = WorkloadConfig(
             **{field.name: getattr(args, field.name) for field in fields(WorkloadConfig)})
         settings = SimulationSettings(
-            indexes=args.indexes,
+            indexes=getattr(args, "indexes", INDEX_NAMES),
             policies=args.policies,
             capacity_fractions=args.capacities,
             scan_limit=args.scan_limit,

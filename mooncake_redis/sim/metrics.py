@@ -79,3 +79,42 @@ def timer_overhead_ns(samples: int = 10_000) -> float:
         start = clock()
         total += clock() - start
     return total / samples
+
+
+@dataclass(frozen=True)
+class TraceRunMetrics:
+    """One row of the trace table: one (index, policy, capacity) over a page-chain trace."""
+
+    index: str
+    policy: str
+    capacity_fraction: float
+    capacity_pages: int
+    requests: int
+    requested_pages: int
+    hits: int
+    hit_rate: float
+    """Cached pages found over pages requested, wherever they sit in the chain."""
+    usable_hits: int
+    usable_prefix_hit_rate: float
+    """Pages of the cached leading run over pages requested: what an engine can reuse."""
+    pages_stored: int
+    pages_not_stored: int
+    evicted_pages: int
+    orphaned_pages: int
+    """At the end: cached pages whose parent is not cached (unusable, yet holding space)."""
+    orphaned_bytes: int
+    mean_orphaned_pages: float
+    """Orphans after each request, averaged over requests."""
+    peak_orphaned_pages: int
+    peak_orphaned_bytes: int
+    lookup_ns_per_page: float
+    lookup_p99_ns: float
+    """Per request (a whole chain's lookup)."""
+    eviction_mean_ns: float
+    eviction_p99_ns: float
+    memory_bytes_per_page: float
+    """tracemalloc bytes of the index, the policy's state and the eviction heap, per page,
+    holding the trace's first pages (trace_runner.MEMORY_SAMPLE_PAGES of them)."""
+    memory_bytes: int
+    """memory_bytes_per_page x capacity_pages: the cache full, stale heap entries aside."""
+    seconds: float

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Hashable
 from typing import Any, ClassVar
 
 from mooncake_redis.sim.cache_index import NORMAL_TIER, PROTECTED_TIER, CacheIndex
+from mooncake_redis.sim.eviction_heap import EvictionHeap
 from mooncake_redis.sim.keys import CacheKey
 from mooncake_redis.sim.workload import SYSTEM_PROMPT_SEQUENCE, Span, SpanKind
 
@@ -101,19 +103,27 @@ class PrefixProtectedLruPolicy(EvictionPolicy):
         return 0
 
 
+def heat_after_use(log_heat: float | None, now: float) -> float:
+    """log2 of a decayed use count after one more use at `now` (in half-lives).
+
+    A count that halves every half-life orders items exactly as the sum of 2**(use time)
+    over their uses does; kept as its log2 it never overflows and needs no rescaling."""
+    if log_heat is None:
+        return now
+    high, low = (now, log_heat) if now >= log_heat else (log_heat, now)
+    return high + math.log2(1.0 + 2.0 ** (low - high))
+
+
 class BlockHeatPolicy(EvictionPolicy):
     """Evict, all at once, the cached block of positions with the least access heat.
 
     A block is `block_tokens` consecutive positions of one sequence, in every layer and head.
-    Heat is an access count that halves every `half_life_uses` position uses. It is kept as
-    a sum of weights that grow by 2**(1/half_life) per use, which orders blocks exactly as
-    the decayed counts would, without touching every block on every use.
+    Heat is an access count that halves every `half_life_uses` position uses
+    (heat_after_use). Cached blocks wait in a heap by heat, re-queued when used, so finding
+    the coldest is O(log n), not a scan of every block.
     """
 
     name = "block-heat"
-
-    # Rescale the weights before 2**exponent nears the float range.
-    _MAX_WEIGHT_EXPONENT = 512.0
 
     def __init__(
         self,
@@ -127,34 +137,35 @@ class BlockHeatPolicy(EvictionPolicy):
         if block_tokens < 1 or half_life_uses < 1:
             raise ValueError("block_tokens and half_life_uses must be at least 1")
         self.block_tokens = block_tokens
-        self._uses_per_doubling = float(half_life_uses)
-        self._uses_since_rescale = 0
-        self._heat: dict[tuple[int, int], float] = {}
+        self._half_life = float(half_life_uses)
+        self._uses = 0
+        self._log_heat: dict[tuple[int, int], float] = {}
         self._cached_entries: dict[tuple[int, int], int] = {}
+        self._coldest: EvictionHeap[tuple[int, int]] = EvictionHeap()
 
     def heat_of(self, sequence: int, position: int) -> float:
         """The block's current heat, in units of the most recent use's weight."""
-        weight = 2.0 ** (self._uses_since_rescale / self._uses_per_doubling)
-        return self._heat.get((sequence, position // self.block_tokens), 0.0) / weight
+        log_heat = self._log_heat.get((sequence, position // self.block_tokens))
+        return 0.0 if log_heat is None else 2.0 ** (log_heat - self._uses / self._half_life)
 
     def on_position_used(self, sequence: int, position: int) -> None:  # noqa: B027
-        self._uses_since_rescale += 1
-        exponent = self._uses_since_rescale / self._uses_per_doubling
-        if exponent > self._MAX_WEIGHT_EXPONENT:
-            scale = 2.0**-exponent
-            self._heat = {block: heat * scale for block, heat in self._heat.items()}
-            self._uses_since_rescale, exponent = 0, 0.0
+        self._uses += 1
         block = (sequence, position // self.block_tokens)
-        self._heat[block] = self._heat.get(block, 0.0) + 2.0**exponent
+        heat = self._log_heat[block] = heat_after_use(
+            self._log_heat.get(block), self._uses / self._half_life)
+        if block in self._cached_entries:
+            self._coldest.push(block, heat)
 
     def on_insert(self, sequence: int, position: int) -> None:  # noqa: B027
         block = (sequence, position // self.block_tokens)
-        self._cached_entries[block] = self._cached_entries.get(block, 0) + 1
+        entries = self._cached_entries[block] = self._cached_entries.get(block, 0) + 1
+        if entries == 1:
+            self._coldest.push(block, self._log_heat.get(block, -math.inf))
 
     def evict(self) -> int:
-        if not self._cached_entries:
+        coldest = self._coldest.pop(self._cached_entries.__contains__, held=())
+        if coldest is None:
             return 0
-        coldest = min(self._cached_entries, key=lambda block: self._heat.get(block, 0.0))
         del self._cached_entries[coldest]
         sequence, block_number = coldest
         start = block_number * self.block_tokens

@@ -17,6 +17,7 @@ from mooncake_redis.config import DEFAULT_URL, ENV_URL
 from mooncake_redis.connection import redact
 from mooncake_redis.errors import NoSpace
 from mooncake_redis.index import Index
+from mooncake_redis.sim.kv_layout import KV_SUFFIXES, kv_object_bytes
 from mooncake_redis.sim.report import format_table, write_results
 from mooncake_redis.sim.workload import SpanKind, Workload, page_chains
 
@@ -36,11 +37,6 @@ everything read in a short replay would stay pinned and nothing would be evictab
 EVICTIONS_PER_STORE = 8
 """Eviction jobs one request may run to make room for its pages. One is enough unless an
 eviction takes objects of the request's own chain, which must then be written back too."""
-
-HEAD_DIM = 128
-FP16_BYTES = 2
-KV_SUFFIXES = ("_0_k", "_0_v")
-"""MHA keys of tensor-parallel rank 0: one K and one V object per page."""
 
 _TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("mode", "{}"),
@@ -75,7 +71,7 @@ class PageLayout:
 def page_layout(workload: Workload, page_tokens: int) -> PageLayout:
     """fp16 K (or V) of every layer and head for the page's tokens, as one object."""
     config = workload.config
-    return PageLayout(page_tokens * config.layers * config.heads * HEAD_DIM * FP16_BYTES)
+    return PageLayout(kv_object_bytes(page_tokens, config.layers, config.heads))
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from mooncake_redis.sim.metrics import RunMetrics
 
@@ -83,8 +83,28 @@ def write_results(
     return written
 
 
-def write_hit_rate_plot(results: Sequence[RunMetrics], path: Path) -> None:
-    """Hit rate against capacity, one line per (index, policy); same-policy lines share a colour."""
+class PlotPanel(NamedTuple):
+    """One panel of a plot: which rate (a 0..1 field of the rows) against capacity."""
+
+    field: str
+    y_label: str
+    title: str
+
+
+HIT_RATE_PANELS = (
+    PlotPanel("hit_rate", "hit rate (%)",
+              "KV-cache hit rate against capacity, per eviction policy and index"),
+)
+
+
+def write_hit_rate_plot(
+    results: Sequence[Any],
+    path: Path,
+    panels: Sequence[PlotPanel] = HIT_RATE_PANELS,
+    x_label: str = "cache capacity (fraction of the working set)",
+) -> None:
+    """Rates against capacity, one panel per field and one line per (index, policy);
+    same-policy lines share a colour."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display: the plot only goes to a file
@@ -95,31 +115,32 @@ def write_hit_rate_plot(results: Sequence[RunMetrics], path: Path) -> None:
     colours = plt.get_cmap("tab10")
     markers = "osD^v<>p"
     line_styles = ["-", "--", ":", "-."]
-    figure, axes = plt.subplots(figsize=(8, 5))
-    for policy_number, policy in enumerate(policies):
-        for index_number, index in enumerate(indexes):
-            points = sorted(
-                (result.capacity_fraction, result.hit_rate)
-                for result in results
-                if result.policy == policy and result.index == index
-            )
-            if not points:
-                continue
-            capacities, hit_rates = zip(*points)
-            axes.plot(
-                capacities,
-                [100 * rate for rate in hit_rates],
-                color=colours(policy_number),
-                marker=markers[index_number % len(markers)],
-                linestyle=line_styles[index_number % len(line_styles)],
-                markersize=5,
-                label=f"{policy} / {index}",
-            )
-    axes.set_xlabel("cache capacity (fraction of the working set)")
-    axes.set_ylabel("hit rate (%)")
-    axes.set_title("KV-cache hit rate against capacity, per eviction policy and index")
-    axes.grid(True, alpha=0.3)
-    axes.legend(fontsize=7, ncol=len(policies), loc="lower right")
+    figure, all_axes = plt.subplots(1, len(panels), figsize=(8 * len(panels), 5), squeeze=False)
+    for axes, panel in zip(all_axes[0], panels):
+        for policy_number, policy in enumerate(policies):
+            for index_number, index in enumerate(indexes):
+                points = sorted(
+                    (result.capacity_fraction, getattr(result, panel.field))
+                    for result in results
+                    if result.policy == policy and result.index == index
+                )
+                if not points:
+                    continue
+                capacities, rates = zip(*points)
+                axes.plot(
+                    capacities,
+                    [100 * rate for rate in rates],
+                    color=colours(policy_number),
+                    marker=markers[index_number % len(markers)],
+                    linestyle=line_styles[index_number % len(line_styles)],
+                    markersize=5,
+                    label=f"{policy} / {index}",
+                )
+        axes.set_xlabel(x_label)
+        axes.set_ylabel(panel.y_label)
+        axes.set_title(panel.title)
+        axes.grid(True, alpha=0.3)
+        axes.legend(fontsize=7, ncol=len(policies), loc="lower right")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)

@@ -58,12 +58,19 @@ class SimulationSettings:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
     def combinations(self) -> list[tuple[str, str, float]]:
-        return [
-            (index, policy, fraction)
-            for fraction in self.capacity_fractions
-            for policy in self.policies
-            for index in self.indexes
-        ]
+        return combinations(self.indexes, self.policies, self.capacity_fractions)
+
+
+def combinations(indexes: Sequence[str], policies: Sequence[str],
+                 capacity_fractions: Sequence[float]) -> list[tuple[str, str, float]]:
+    """Every (index, policy, capacity), capacity outermost: a table reads capacity by
+    capacity, the indexes of one policy side by side."""
+    return [
+        (index, policy, fraction)
+        for fraction in capacity_fractions
+        for policy in policies
+        for index in indexes
+    ]
 
 
 def check_names(kind: str, names: Sequence[str], known: Sequence[str]) -> None:

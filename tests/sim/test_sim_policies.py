@@ -128,7 +128,7 @@ def test_block_heat_decays_so_recent_use_beats_old_use() -> None:
     policy = BlockHeatPolicy(HashTableIndex(), LAYERS, HEADS, block_tokens=4, half_life_uses=2)
     for _ in range(10):
         policy.on_position_used(1, 0)  # block 0: many uses, long ago
-    for _ in range(2000):  # enough halvings to force the weights to be rescaled
+    for _ in range(2000):  # 1,000 half-lives: 2**1000 weights would near the float range
         policy.on_position_used(2, 0)
     policy.on_position_used(1, 4)  # block 1: one use, just now
     assert policy.heat_of(1, 4) > policy.heat_of(1, 0)

@@ -1,0 +1,118 @@
+"""`sim --trace FILE`: the options of a trace replay, and the run that prints and writes it."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from mooncake_redis.sim.arguments import BAD_INPUT_EXIT_CODE, at_least
+from mooncake_redis.sim.kv_layout import kv_page_bytes
+from mooncake_redis.sim.metrics import TraceRunMetrics, timer_overhead_ns
+from mooncake_redis.sim.page_replay import TOUCH_ORDERS
+from mooncake_redis.sim.page_trace import read_page_trace
+from mooncake_redis.sim.report import PlotPanel, format_table, write_hit_rate_plot, write_results
+from mooncake_redis.sim.trace_runner import (
+    TRACE_INDEX_NAMES,
+    TraceSettings,
+    run_trace_experiment,
+)
+
+CSV_NAME = "trace_results.csv"
+JSON_NAME = "trace_results.json"
+PLOT_NAME = "sim_trace_hit_rate.png"
+
+_TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("index", "{}"),
+    ("policy", "{}"),
+    ("capacity_fraction", "{:.2f}"),
+    ("hit_rate", "{:.2%}"),
+    ("usable_prefix_hit_rate", "{:.2%}"),
+    ("mean_orphaned_pages", "{:,.1f}"),
+    ("peak_orphaned_pages", "{:,}"),
+    ("peak_orphaned_bytes", "{:,}"),
+    ("lookup_ns_per_page", "{:,.0f}"),
+    ("eviction_mean_ns", "{:,.0f}"),
+    ("eviction_p99_ns", "{:,.0f}"),
+    ("memory_bytes_per_page", "{:,.0f}"),
+    ("seconds", "{:.2f}"),
+)
+
+_PLOT_PANELS = (
+    PlotPanel("hit_rate", "per-page hit rate (%)", "Cached pages found, wherever in the chain"),
+    PlotPanel("usable_prefix_hit_rate", "usable-prefix hit rate (%)",
+              "Cached leading run of each chain (what an engine reuses)"),
+)
+
+
+def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
+    trace = parser.add_argument_group(
+        "trace",
+        "replay the page chains of a Mooncake trace (JSONL: timestamp, input_length, "
+        "output_length, hash_ids) in memory, instead of the generated workload; "
+        "--capacities are fractions of the trace's distinct pages, --half-life-uses counts "
+        "page uses, --layers and --heads size its 512-token pages (for orphaned bytes)",
+    )
+    # No default shown for these two: absent means the generated workload, or every request.
+    trace.add_argument("--trace", type=Path, metavar="FILE", default=argparse.SUPPRESS,
+                       help="the trace file")
+    trace.add_argument("--limit", type=at_least(1), metavar="N", default=argparse.SUPPRESS,
+                       help="replay only the first N requests (default: all)")
+    trace.add_argument(
+        "--touch-order",
+        choices=TOUCH_ORDERS,
+        default=TOUCH_ORDERS[0],
+        help="order in which a request's page uses reach the policy: chain (root first), "
+             "tip-first (last page first, as vLLM frees blocks) or shuffled (seeded; as when "
+             "the pages share one timestamp and ties fall by key)",
+    )
+
+
+def run_trace(args: argparse.Namespace) -> int:
+    """Replay the trace, print the table, write CSV, JSON and (with --plot) the PNG; 2 for
+    input the replay cannot use."""
+    def refuse(problem: str) -> int:
+        print(f"mooncake-redis sim: error: {problem}", file=sys.stderr)
+        return BAD_INPUT_EXIT_CODE
+
+    if args.backend != "memory":
+        return refuse("--trace replays in memory only for now; the service replay of traces "
+                      "(--backend redis) comes with the new Index API (issue 15, phase 2)")
+    try:
+        trace = read_page_trace(args.trace, getattr(args, "limit", None))
+        settings = TraceSettings(
+            indexes=getattr(args, "indexes", TRACE_INDEX_NAMES),
+            policies=args.policies,
+            capacity_fractions=args.capacities,
+            half_life_uses=args.half_life_uses,
+            touch_order=args.touch_order,
+            page_bytes=kv_page_bytes(trace.page_tokens, args.layers, args.heads),
+        )
+    except (OSError, ValueError) as error:
+        return refuse(str(error))
+    if not trace.distinct_pages:
+        return refuse(f"{args.trace}: no request has a page to cache")
+    results = run_trace_experiment(trace, settings, show_progress=not args.no_progress)
+    print(format_table(results, _TABLE_COLUMNS))
+    description: dict[str, Any] = {
+        "trace": str(args.trace),
+        "limit": getattr(args, "limit", None),
+        "requests": len(trace.chains),
+        "requested_pages": trace.requested_pages,
+        "distinct_pages": trace.distinct_pages,
+        "page_tokens": trace.page_tokens,
+        "settings": asdict(settings),
+        "timer_overhead_ns": timer_overhead_ns(),
+        "python": platform.python_version(),
+    }
+    written = write_results(results, description, args.out, CSV_NAME, JSON_NAME,
+                            TraceRunMetrics)
+    if args.plot:
+        written.append(args.out / PLOT_NAME)
+        write_hit_rate_plot(results, written[-1], _PLOT_PANELS,
+                            "cache capacity (fraction of the trace's distinct pages)")
+    print("wrote " + ", ".join(str(path) for path in written))
+    return 0
