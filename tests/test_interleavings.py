@@ -118,7 +118,7 @@ SCENARIOS = [
     Scenario("chain batch/removal in the middle", setup(put(A), put(B, A), put(C, B)),
              [batch_put((D, C), (P, D)), remove(B)], crashable=[0, 1]),
     Scenario("put/resolver", setup(put(A)),
-             [put(B, A), resolver], crashable=[0]),
+             [put(B, A), resolver], crashable=[0], preemptions=PREEMPTIONS),
     Scenario("three writers closing a cycle", setup(),
              [put(A, B), put(B, C), put(C, A)], crashable=[0, 1, 2], preemptions=PREEMPTIONS),
 ]
