@@ -20,7 +20,7 @@ local function put(n, suffix, size, pins, token, parent, epoch, checked)
   local old
   if current then
     local state, old_size, t, old_pins, old_token = unpack_object(current)
-    if old_token == token then  -- our own put_start, sent again after a lost reply
+    if old_token == token and state == 'p' then  -- ours, sent again after a lost reply
       if parent ~= '' and n.p == parent then
         return 'OK' .. apply_parent(n, parent, epoch, 'same', batch)
       end

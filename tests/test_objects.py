@@ -154,6 +154,8 @@ def test_a_resent_put_start_or_put_end_by_the_same_writer_succeeds(index: Index)
     index.put_end(KEY)
     index.put_end(KEY)
     assert index.is_exist(KEY) and index.usage().used_bytes == 10
+    with pytest.raises(ObjectAlreadyExists):  # after put_end it is no re-send: a new put
+        index.put_start(KEY, 10)
 
 
 def test_another_writer_cannot_complete_or_revoke_my_object(make_index) -> None:
