@@ -175,8 +175,7 @@ class Evictor:
             return report
         report.target_bytes = target
         token = uuid.uuid4().hex
-        if not ctx.client.set(ctx.schema.eviction_lock, token, nx=True,
-                              px=settings.eviction_lock_ttl_ms):
+        if not self._lock(token, "acquire"):
             report.stopped = LOCK_HELD
             return report
         try:
@@ -309,13 +308,16 @@ class Evictor:
             return None
         return int(self.ctx.settings.eviction_target_ratio * capacity)
 
-    def _lock(self, token: str, operation: str) -> None:
+    def _lock(self, token: str, operation: str) -> bool:
+        """Take, renew or release the namespace's eviction lock (lua/lock_token.lua: safe
+        to re-send, so a lost reply cannot make a job think another one holds it)."""
         batch = self.ctx.batch()
         batch.call(self.ctx.scripts["lock_token"], [self.ctx.schema.eviction_lock],
                    [operation, token, self.ctx.settings.eviction_lock_ttl_ms], retry_safe=True)
-        result = batch.execute()
-        if result and isinstance(result[0], MooncakeRedisError):
-            raise result[0]
+        (result,) = batch.execute()
+        if isinstance(result, MooncakeRedisError):
+            raise result
+        return bool(int(result))
 
 
 def _score_arg(score: float) -> str:

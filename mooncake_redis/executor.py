@@ -26,12 +26,6 @@ from typing import Any
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
-hiredis: Any
-try:
-    import hiredis
-except ImportError:  # redis[hiredis] is a dependency; redis-py packs without it too
-    hiredis = None
-
 from .errors import (
     ClusterUnavailable,
     MooncakeRedisError,
@@ -42,6 +36,12 @@ from .errors import (
     StoreFull,
     from_script_error,
 )
+
+hiredis: Any
+try:
+    import hiredis
+except ImportError:  # redis[hiredis] is a dependency; redis-py packs without it too
+    hiredis = None
 
 MAX_BACKOFF_MS = 2000
 """The pause between retries doubles from cluster_retry_backoff_ms up to this."""
@@ -121,6 +121,8 @@ class Batch:
         self._queued: list[Queued] = []
         self._segment = 0
         self._preamble = 0
+        self.resent: set[int] = set()
+        """After execute(): positions of calls sent again after a lost reply."""
 
     def __len__(self) -> int:
         return len(self._queued) - self._preamble
@@ -170,7 +172,11 @@ class Batch:
         Raised: OutcomeUnknown, ClusterUnavailable, ReplicationIncomplete."""
         queued, self._queued, self._segment = self._queued, [], 0
         preamble, self._preamble = self._preamble, 0
-        return self._executor.run(queued)[preamble:] if queued else []
+        if not queued:
+            return []
+        results, resent = self._executor.run(queued)
+        self.resent = {position - preamble for position in resent if position >= preamble}
+        return results[preamble:]
 
 
 class Executor:
@@ -185,20 +191,24 @@ class Executor:
     def batch(self) -> Batch:
         return Batch(self)
 
-    def run(self, queued: Sequence[Queued]) -> list[Any]:
+    def run(self, queued: Sequence[Queued]) -> tuple[list[Any], set[int]]:
+        """Replies in queue order (errors mapped), and the positions of calls that were sent
+        again after their first reply was lost: they may have run twice (so their reply
+        may differ from what the first run would have said)."""
         results: list[Any] = [None] * len(queued)
+        resent: set[int] = set()
         if not self._cluster:  # one connection keeps the queue's order: one round trip
-            self._run_segment(queued, list(range(len(queued))), results)
+            self._run_segment(queued, list(range(len(queued))), results, resent)
         else:
             segments: dict[int, list[int]] = defaultdict(list)
             for position, item in enumerate(queued):
                 segments[item.segment].append(position)
             for segment in sorted(segments):
-                self._run_segment(queued, segments[segment], results)
-        return [map_error(r) for r in results]
+                self._run_segment(queued, segments[segment], results, resent)
+        return [map_error(r) for r in results], resent
 
     def _run_segment(self, queued: Sequence[Queued], positions: list[int],
-                     results: list[Any]) -> None:
+                     results: list[Any], resent: set[int]) -> None:
         pending = positions
         unknown: list[int] = []
         shortfalls: list[ReplicationIncomplete] = []
@@ -215,6 +225,8 @@ class Executor:
                         unknown.append(position)
                     elif reply is NOT_SENT or reply is LOST or isinstance(reply, NOT_RUN_ERRORS):
                         resend.append(position)
+                        if reply is LOST:
+                            resent.add(position)
                         reroute = True
                         pause = pause or not isinstance(reply, REROUTE_ERRORS)
                     elif isinstance(reply, redis.exceptions.NoScriptError):

@@ -165,6 +165,8 @@ class ResolverReport:
     dropped: int = 0
     """Pending links whose child does not name the parent: fenced and removed."""
     cycles_broken: int = 0
+    fences_dropped: int = 0
+    """Fences past the link epoch horizon, dropped."""
 
     def __bool__(self) -> bool:
         return bool(self.intents or self.kept or self.dropped or self.cycles_broken)
@@ -248,6 +250,7 @@ def resolve(ctx: Context, grace_ms: int | None = None, budget: int = 100_000,
     grace = ctx.settings.resolver_grace_ms if grace_ms is None else grace_ms
     report = ResolverReport()
     where = ctx.all_shards() if shards is None else tuple(shards)
+    report.fences_dropped = trim_fences(ctx, where)
     while budget > 0:
         cutoff = ctx.redis_time_ms() - grace
         intents = [(parent, child, epoch) for child, parent, epoch
@@ -261,6 +264,25 @@ def resolve(ctx: Context, grace_ms: int | None = None, budget: int = 100_000,
         if not intents and not pending:
             break
     return report
+
+
+def trim_fences(ctx: Context, shards: Sequence[str]) -> int:
+    """Drop fences past the link epoch horizon in the shards that hold any (a fence is
+    only ever dropped lazily by a new one otherwise)."""
+    batch = ctx.batch()
+    for shard in shards:
+        batch.command("HGET", ctx.schema.shard_keys(shard).stats, "fences")
+    trims = ctx.calls("trim_fences")
+    for shard, fences in zip(shards, batch.execute()):
+        if int(fences or 0) > 0:
+            trims.add(shard, shard)
+    if not trims:
+        return 0
+    batch = ctx.batch()
+    trims.queue(batch)
+    results = batch.execute()
+    raise_first_error(results)
+    return sum(int(reply) for _, reply in trims.replies(results))
 
 
 def _old_entries(ctx: Context, index: str, cutoff: int, shards: Sequence[str]

@@ -175,6 +175,9 @@ def _send(ctx: Context, todo: list[Write]) -> _Sent:
     for calls in (puts, registers):
         for w, outcome in calls.per_item(results):
             _record(w, outcome, sent.epoch)
+        for w in calls.resent_tags(batch):
+            if w.state == "L":  # the lost first run may have linked it through the
+                w.state = "C"   # checked path: leave the link to the resolver's walk
     return sent
 
 

@@ -21,13 +21,13 @@ T = TypeVar("T")
 LIBRARY = "_lib"
 SHARD_SCRIPTS = (
     "link", "put_start", "register", "put_end", "grant_lease", "delete", "evict", "unlink",
-    "resolve", "repair_node", "recount_shard",
+    "resolve", "repair_node", "recount_shard", "trim_fences",
 )
 OTHER_SCRIPTS = ("lock_token",)
 SCRIPT_NAMES = SHARD_SCRIPTS + OTHER_SCRIPTS
 
 RETRY_SAFE = frozenset({"link", "put_start", "register", "put_end", "grant_lease", "unlink",
-                        "resolve", "lock_token"})
+                        "resolve", "lock_token", "trim_fences"})
 """Scripts whose second run leaves the same state and gives an answer the caller accepts:
 link and unlink compare epochs, put_start/put_end/register recognise the writer's token,
 a lease only grows, resolve re-checks. delete, evict and the repairs are not: a second
@@ -118,6 +118,12 @@ class ShardCalls(Generic[T]):
         """(tags, reply) per call, in queue order."""
         for shard, position in self._positions.items():
             yield self._tags[shard], results[position]
+
+    def resent_tags(self, batch: Batch) -> Iterator[T]:
+        """The tags of items whose call was sent again after a lost reply (batch.resent)."""
+        for shard, position in self._positions.items():
+            if position in batch.resent:
+                yield from self._tags[shard]
 
     def per_item(self, results: Sequence[Any], part: int | None = None
                  ) -> Iterator[tuple[T, Any]]:

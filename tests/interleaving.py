@@ -146,8 +146,9 @@ class Slot:
         self.gate = Gate()
         run = self.index.ctx.executor.run
 
-        def run_in_steps(queued: Sequence[Queued]) -> list[Any]:
+        def run_in_steps(queued: Sequence[Queued]) -> tuple[list[Any], set[int]]:
             results: list[Any] = []
+            resent: set[int] = set()
             start = 0
             while start < len(queued):
                 end = start + 1
@@ -158,9 +159,11 @@ class Slot:
                 self.gate.step(self.number, Step(
                     part[0].name, frozenset(tag_of(q.routing_key) for q in part if q.routing_key),
                     any(q.writes for q in part)))
-                results += run(part)
+                part_results, part_resent = run(part)
+                resent.update(start + position for position in part_resent)
+                results += part_results
                 start = end
-            return results
+            return results, resent
 
         self.index.ctx.executor.run = run_in_steps  # type: ignore[method-assign]
 
