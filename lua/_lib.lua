@@ -229,9 +229,13 @@ local function count_object(n, sign, state, size, t, pins)
   d_objects = d_objects + sign
 end
 
-local function emit(kind, hash, ...)
+-- One event per object: type, hash (the node), suffix (key = hash .. suffix), size, and
+-- more fields for some types (stored: parent). Entries are kept short: a stream holds
+-- events_max_len of them per shard.
+local function emit(kind, hash, suffix, size, ...)
   if EVENTS_CAP > 0 then
-    redis.call('XADD', EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'type', kind, 'hash', hash, ...)
+    redis.call('XADD', EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'type', kind, 'hash', hash,
+      'suffix', suffix, 'size', size, ...)
   end
 end
 

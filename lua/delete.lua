@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- delete: remove objects of one shard (remove, put_revoke, forced removal), each announced
 -- on the events stream. A node left with no objects and no children is deleted in the same
 -- script; its unlink from its parent is recorded (outbox) and returned for the caller to
@@ -35,7 +36,7 @@ local function delete(n, suffix, token)
   end
   put_field(n, name, false)
   count_object(n, -1, state, size, t, pins)
-  emit(mode == 'revoke' and 'revoked' or 'removed', n.hash, 'key', key, 'size', num(size))
+  emit(mode == 'revoke' and 'revoked' or 'removed', n.hash, suffix, num(size))
   return 'OK'
 end
 

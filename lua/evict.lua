@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- evict: evict nodes of one shard, each atomically (all its objects or none), each object
 -- announced on the events stream. Every node is re-checked, since it was chosen a round
 -- trip ago: in mode 'leaf' it must still be a leaf, evictable now (no hard pin, every
@@ -36,7 +37,7 @@ local function evict(n, seen, mode)
   end
   for _, o in ipairs(objects) do
     if mode == 'interior' then put_field(n, 'o:' .. o[1], false) end
-    emit('evicted', n.hash, 'key', n.hash .. o[1], 'size', num(o[3]))
+    emit('evicted', n.hash, o[1], num(o[3]))
   end
   local count, bytes = n.no or 0, n.b or 0
   d_used = d_used - bytes

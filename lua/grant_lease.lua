@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- grant_lease: get for objects of one shard: each complete object gets a read lease until
 -- Redis now + ttl (leases only grow), which holds it against eviction and removal.
 -- KEYS: 1-7 the shard's keys, then the nodes

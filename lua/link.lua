@@ -1,6 +1,9 @@
+#!lua flags=allow-oom
 -- link: step 1 of a link, for parents of one shard: each parent lists its child at the
 -- link's epoch (created as a shell if absent), and a pending entry records the link until
--- the child's step 2 confirms it (or the resolver settles it).
+-- the child's step 2 confirms it (or the resolver settles it). It runs even at maxmemory
+-- (allow-oom): a step 2 sent behind it must never find it refused, and a step 2 refused
+-- for memory only leaves a pending link to settle.
 -- KEYS: 1-7 the shard's keys, then the parent nodes
 -- ARGV: 1-3 header (_lib.lua), 4 batch id, then 5 per item: parent key index, parent hash,
 --       child hash, the child's field name in the parent ('' = the child hash itself, as for

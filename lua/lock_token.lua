@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- lock_token: take, renew or release a lock that holds its owner's token. Taking it again
 -- with the same token succeeds (a re-send after a lost reply finds its own lock); renew
 -- and release act only while the lock still holds our token (it may have expired and

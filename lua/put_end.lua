@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- put_end: complete processing objects of one shard. Each one's lease starts now, so objects
 -- nobody reads are evicted oldest first; a 'stored' event announces it.
 -- KEYS: 1-7 the shard's keys, then the nodes
@@ -21,7 +22,7 @@ local function complete(n, suffix, token)
   put_field(n, name, pack_object('c', size, now(), pins, token))
   count_object(n, -1, 'p', size, t, pins)
   count_object(n, 1, 'c', size, now(), pins)
-  emit('stored', n.hash, 'key', n.hash .. suffix, 'size', num(size), 'parent', n.p or '')
+  emit('stored', n.hash, suffix, num(size), 'parent', n.p or '')
   return 'OK'
 end
 

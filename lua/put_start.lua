@@ -1,3 +1,4 @@
+#!lua
 -- put_start: step 2 of path A (and every put without a parent), for objects of one shard:
 -- each object is created (processing) in its prefix node, counted against the shard's
 -- byte limit, and the node is linked to its parent when one is given.

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- recount_shard: fsck --repair for a shard's stats: used_bytes, objects and nodes summed
 -- from the nodes themselves, fences counted, and leaf index entries of nodes that no
 -- longer exist dropped.

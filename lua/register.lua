@@ -1,3 +1,4 @@
+#!lua
 -- register: step 2 of path B (RegisterRadixTreeNode), for nodes of one shard: each node is
 -- linked to its parent, after checking that the object keys named for it are stored.
 -- KEYS: 1-7 the shard's keys, then the nodes

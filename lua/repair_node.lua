@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- repair_node: fsck --repair for one node: recompute its counters from its own fields and
 -- put it in exactly the leaf index it belongs to. An empty node is deleted as any other
 -- (its unlink recorded and returned). The shard's stats are recount_shard's job.

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- resolve: the resolver's step in the child's shard, for links older than the grace period.
 -- Mode 'check' (a pending link parent -> child at epoch e): if the child is alive and names
 -- the parent, the link stays and the child's epoch rises to e (so that deleting it later

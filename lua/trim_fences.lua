@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- trim_fences: drop the fences of one shard that are past the link epoch horizon (step 2
 -- refuses every epoch they could refuse anyway), keeping the shard's fence count exact.
 -- Run by the resolver for shards that hold fences.

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- unlink: drop children from their parents, the parents all in one shard. A child field
 -- goes only if it still holds the epoch the caller names, so a link that a writer renewed
 -- meanwhile (a newer epoch) stays. A parent left with no objects and no children is

@@ -70,6 +70,11 @@ def _memory_client(name: str, decode_responses: bool) -> redis.Redis:
     return fakeredis.FakeRedis(server=server, decode_responses=decode_responses)
 
 
+def is_in_process(client: Any) -> bool:
+    """Whether a client is the in-process fakeredis of memory:// URLs."""
+    return type(client).__module__.startswith("fakeredis")
+
+
 def redact(url: object) -> str:
     """The URL with any password replaced, safe for error messages and logs."""
     text = str(url)

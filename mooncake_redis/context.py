@@ -15,6 +15,7 @@ from typing import Any
 
 from redis.cluster import RedisCluster
 
+from .connection import is_in_process
 from .errors import ConfigurationError, InvalidArgument
 from .executor import Batch, Executor, Policy
 from .keys import KeySchema
@@ -36,15 +37,15 @@ log = logging.getLogger("mooncake_redis")
 CLOCK_RESYNC_SECONDS = 60.0
 """How often a client re-reads Redis TIME for its link epochs."""
 
-_SCRIPTS: Scripts | None = None
+_SCRIPTS: dict[bool, Scripts] = {}
 
 
-def shared_scripts() -> Scripts:
-    """The scripts, read and hashed once per process."""
-    global _SCRIPTS
-    if _SCRIPTS is None:
-        _SCRIPTS = Scripts()
-    return _SCRIPTS
+def shared_scripts(shebang: bool = True) -> Scripts:
+    """The scripts, read and hashed once per process (without their Redis 7 shebangs for
+    fakeredis, which has none)."""
+    if shebang not in _SCRIPTS:
+        _SCRIPTS[shebang] = Scripts(shebang)
+    return _SCRIPTS[shebang]
 
 
 def decoding(client: Any) -> Any:
@@ -92,7 +93,7 @@ class Context:
                  stored: Mapping[str, str], token: str | None = None):
         self.client = client
         self.schema = KeySchema(namespace)
-        self.scripts = shared_scripts()
+        self.scripts = shared_scripts(shebang=not is_in_process(client))
         self.options = options
         self.executor = Executor(client, self.scripts.all, Policy(
             options.cluster_retries, options.cluster_retry_backoff_ms, options.wait_replicas,

@@ -38,16 +38,25 @@ def read_lua(name: str) -> str:
     return resources.files("mooncake_redis.lua").joinpath(f"{name}.lua").read_text("utf-8")
 
 
-def build_script(name: str) -> LuaScript:
-    source = read_lua(LIBRARY) + "\n" + read_lua(name)
+def build_script(name: str, shebang: bool = True) -> LuaScript:
+    """The script with the helpers prepended. Its first line may be a Redis 7 shebang
+    (`#!lua flags=allow-oom` on scripts that free memory: they must run when Redis is at
+    maxmemory; a plain `#!lua` makes Redis refuse the whole script up front there, never
+    half-way through): it stays first. shebang=False drops it (fakeredis has none)."""
+    body = read_lua(name)
+    first, _, rest = body.partition("\n")
+    header = ""
+    if first.startswith("#!lua"):
+        header, body = (first + "\n" if shebang else ""), rest
+    source = header + read_lua(LIBRARY) + "\n" + body
     return LuaScript(name, source, hashlib.sha1(source.encode()).hexdigest())
 
 
 class Scripts:
     """Every script, loaded once per process and called by EVALSHA."""
 
-    def __init__(self) -> None:
-        self.all = [build_script(name) for name in SCRIPT_NAMES]
+    def __init__(self, shebang: bool = True) -> None:
+        self.all = [build_script(name, shebang) for name in SCRIPT_NAMES]
         self.by_name = {script.name: script for script in self.all}
 
     def __getitem__(self, name: str) -> LuaScript:

@@ -299,7 +299,7 @@ def test_every_eviction_is_announced_on_the_shards_events_stream(index: Index) -
     leaf = store(index, "announced")
     index.evict(target_ratio=0)
     events = index.client.xrange(index.ctx.schema.shard_keys(leaf[:2]).events)
-    kinds = [(fields["type"], fields["key"]) for _, fields in events]
+    kinds = [(fields["type"], fields["hash"] + fields["suffix"]) for _, fields in events]
     assert kinds == [("stored", f"{leaf}_0_k"), ("evicted", f"{leaf}_0_k")]
 
 
