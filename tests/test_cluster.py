@@ -13,8 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
@@ -22,6 +21,7 @@ from helpers import assert_consistent, node_fields, page
 from redis.cluster import ClusterNode
 from redis.crc import key_slot
 from redis_cluster import LocalCluster
+from redis_server import RedisServer
 
 from mooncake_redis import ConfigurationError, Index, MooncakeRedisError, ReplicationIncomplete
 from mooncake_redis.executor import CrossSlotCall, load_scripts
@@ -59,11 +59,11 @@ def on_different_masters(index: Index, name: str) -> tuple[str, str]:
     return parent, child
 
 
-def server_of(cluster: LocalCluster, node: ClusterNode) -> Any:
+def server_of(cluster: LocalCluster, node: ClusterNode) -> RedisServer:
     return next(s for s in cluster.alive() if s.port == node.port)
 
 
-def wait_until(condition: Any, what: str) -> None:
+def wait_until(condition: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + LIVENESS_DEADLINE_S
     while not condition():
         if time.monotonic() > deadline:
@@ -160,7 +160,8 @@ def test_the_write_step_waits_for_the_link_step_on_another_master(
 # -- slot migration, NOSCRIPT, WAIT ------------------------------------------------------
 
 
-def migrate_slot(cluster: LocalCluster, slot: int, source: Any, target: Any) -> None:
+def migrate_slot(cluster: LocalCluster, slot: int, source: RedisServer,
+                 target: RedisServer) -> None:
     """Move a slot with its keys, as redis-cli --cluster reshard does."""
     source_client, target_client = cluster.client(source), cluster.client(target)
     source_id = source_client.execute_command("CLUSTER", "MYID")
@@ -276,8 +277,8 @@ class RegistrationLoad(threading.Thread):
             items = [(f"{h}_0_k", 1, p) for h, p in zip(chain, [None, *chain])]
             try:
                 started = [r.key for r in self.index.batch_put_start(items) if r.ok]
-                self.index.batch_put_end(started)
                 self.acknowledged += started
+                self.index.batch_put_end(started)
             except (MooncakeRedisError, redis.exceptions.RedisError) as error:
                 self.failures[type(error).__name__] += 1
             with self._progress:
@@ -320,7 +321,7 @@ def assert_losses_explained(index: Index, report: FsckReport, lost: list[str],
     assert check(index.ctx).clean, repaired.problems
 
 
-def slots_of(cluster: LocalCluster, server: Any) -> set[int]:
+def slots_of(cluster: LocalCluster, server: RedisServer) -> set[int]:
     """The hash slots a master serves now."""
     return {slot for start, end, master, *_ in cluster.client(server).cluster("slots")
             if int(master[1]) == server.port for slot in range(int(start), int(end) + 1)}
