@@ -11,9 +11,12 @@
 -- for it, so a refused item leaves nothing behind; results come back one per item, a
 -- refusal as the string 'MCERR_<CODE> message'.
 --
--- Node counters are read once per script (node()), changed in memory, and written back by
--- finish() together with the leaf index, the shard's stats and deletions of emptied nodes.
--- Object and child fields are written at once, so a rescan (HGETALL) sees them.
+-- What costs here is counted in instructions of redis-server (docs/BENCHMARKS.md): a
+-- redis.call() is 8-15k, a table 1-2k, a closure about 0.5k, so this file defines few
+-- functions and tables per call, a node is read with ONE HMGET (its counters and the
+-- object or child fields the script announced with want()), changed in memory, and
+-- written back by finish() with one HSET (plus an HDEL only for fields that go), with the
+-- leaf index, the emptied nodes and the shard's stats (read once, written once).
 
 local LEAVES, SOFT_LEAVES, STATS, PENDING, FENCES, OUTBOX, EVENTS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
@@ -21,11 +24,15 @@ local RELEASE_MS, EVENTS_CAP, EPOCH_HORIZON_MS =
   tonumber(ARGV[1]) or 0, tonumber(ARGV[2]) or 0, tonumber(ARGV[3]) or 0
 local INF = math.huge
 
--- Milliseconds of the Redis clock, never the client's.
-local NOW = (function()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end)()
+-- Milliseconds of the Redis clock (never the client's), read on first use.
+local NOW_MS
+local function now()
+  if not NOW_MS then
+    local t = redis.call('TIME')
+    NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return NOW_MS
+end
 
 local function num(x)
   if x == INF then return '+inf' end
@@ -47,22 +54,38 @@ local function pack_object(state, size, t, pins, token)
 end
 
 -- A 64-hex child is stored under its bare hash (64 bytes: the listpack limit), others as
--- c:<hash>.
-local function child_field(h)
-  if #h == 64 and not string.find(h, '[^0-9a-f]') then return h end
-  return 'c:' .. h
-end
-
+-- c:<hash>; the client names the field (values.child_field_argument), this tells them apart.
 local function is_child_field(f)
   return string.sub(f, 1, 2) == 'c:' or (#f == 64 and not string.find(f, '[^0-9a-f]'))
 end
 
-local NODE_FIELDS = {'p', 'pe', 'nc', 'no', 'np', 'ps', 'psn', 'nh', 'ns', 'b', 'lm', 'lb'}
-local TEXT_FIELDS = {p = true, lb = true}
+-- The shard's stats: read when first needed, written once by finish().
+local stats_read = false
+local s_used, s_objects, s_nodes, s_writes, s_fences, s_limit = 0, 0, 0, 0, 0, nil
+local d_used, d_objects, d_nodes, d_fences = 0, 0, 0, 0
 
-local nodes, node_order = {}, {}
-local stat_used, stat_objects, stat_nodes = 0, 0, 0
+local function read_stats()
+  if not stats_read then
+    local v = redis.call('HMGET', STATS, 'used_bytes', 'objects', 'nodes', 'writes', 'fences',
+      'limit')
+    s_used, s_objects, s_nodes = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
+    s_writes, s_fences, s_limit = tonumber(v[4]) or 0, tonumber(v[5]) or 0, tonumber(v[6])
+    stats_read = true
+  end
+end
+
+-- Node records, by key and in load order (one table), and the fields scripts announced.
+-- A record holds the node's counters, p (its parent; a shell made by link.lua whose
+-- children all came from one batch holds '?<batch id>' in the hash instead: lb here),
+-- the object and child fields read or written (false = absent), and d: what changed.
+local nodes, wanted = {}, {}
 local intents, new_leaves = {}, {}
+
+-- Announce a field of a node that the script will read, so node() fetches it at once.
+local function want(key, field)
+  local list = wanted[key]
+  if list then list[#list + 1] = field else wanted[key] = {field} end
+end
 
 -- A node is a leaf when it holds objects and has no children. Its score is the time after
 -- which all its objects are evictable: +inf with a hard pin, else the latest lease end of
@@ -74,75 +97,99 @@ local function leaf_of(n)
     score = INF
   else
     score = n.lm or 0
-    if (n.np or 0) > 0 then score = math.max(score, (n.ps or 0) + RELEASE_MS) end
+    if (n.np or 0) > 0 and n.ps + RELEASE_MS > score then score = n.ps + RELEASE_MS end
   end
   if (n.ns or 0) > 0 then return SOFT_LEAVES, score end
   return LEAVES, score
 end
 
--- The node record of KEYS[key_index] (read once per script).
+-- The record of a node key (read once per script, with one HMGET).
 local function node(key, hash)
   local n = nodes[key]
   if n then return n end
-  local v = redis.call('HMGET', key, unpack(NODE_FIELDS))
-  n = {key = key, hash = hash, dirty = {}}
-  for i = 1, #NODE_FIELDS do
-    local f = NODE_FIELDS[i]
-    if v[i] then
-      if TEXT_FIELDS[f] then n[f] = v[i] else n[f] = tonumber(v[i]) end
-    end
+  local extra = wanted[key]
+  local v
+  if extra then
+    v = redis.call('HMGET', key, 'p', 'pe', 'nc', 'no', 'np', 'ps', 'psn', 'nh', 'ns', 'b',
+      'lm', unpack(extra))
+  else
+    v = redis.call('HMGET', key, 'p', 'pe', 'nc', 'no', 'np', 'ps', 'psn', 'nh', 'ns', 'b',
+      'lm')
   end
+  local p, lb = v[1], nil
+  if p and string.byte(p, 1) == 63 then  -- '?': a shell's batch marker, no parent
+    lb, p = string.sub(p, 2), nil
+  end
+  n = {key = key, hash = hash, p = p or nil, lb = lb, lb0 = lb, pe = tonumber(v[2]),
+    nc = tonumber(v[3]), no = tonumber(v[4]), np = tonumber(v[5]), ps = tonumber(v[6]),
+    psn = tonumber(v[7]), nh = tonumber(v[8]), ns = tonumber(v[9]), b = tonumber(v[10]),
+    lm = tonumber(v[11]), d = {}, exists = false}
   n.exists = n.no ~= nil or n.nc ~= nil
+  if extra then
+    for i = 1, #extra do n[extra[i]] = v[i + 11] or false end
+  end
   n.leaf_set, n.leaf_score = leaf_of(n)
   nodes[key] = n
-  node_order[#node_order + 1] = n
+  nodes[#nodes + 1] = n
   return n
 end
 
+-- Counters: changed in the record, written back by finish().
 local function set(n, f, x)
   n[f] = x
-  n.dirty[f] = true
+  n.d[f] = true
 end
 
-local function add(n, f, d)
-  set(n, f, (n[f] or 0) + d)
+local function add(n, f, x)
+  n[f] = (n[f] or 0) + x
+  n.d[f] = true
+end
+
+-- Object and child fields: read through the record (prefetched, or one HGET), written
+-- back by finish(); false = absent.
+local function field(n, f)
+  local v = n[f]
+  if v == nil then
+    v = redis.call('HGET', n.key, f) or false
+    n[f] = v
+  end
+  return v or nil
+end
+
+local function put_field(n, f, v)
+  n[f] = v or false
+  n.d[f] = true
 end
 
 local function create(n)
   if not n.exists then
     n.exists = true
-    stat_nodes = stat_nodes + 1
+    d_nodes = d_nodes + 1
   end
 end
 
--- Every 'o:' field of the node as {suffix, state, size, time, pins, token}.
+-- Every 'o:' field of the node as {suffix, state, size, time, pins, token}, as it is now
+-- (fields this script changed but did not write back yet included).
 local function scan_objects(n)
   local all = redis.call('HGETALL', n.key)
-  local found = {}
+  local values = {}
   for i = 1, #all, 2 do
-    local f = all[i]
-    if string.sub(f, 1, 2) == 'o:' then
-      local state, size, t, pins, token = unpack_object(all[i + 1])
-      found[#found + 1] = {string.sub(f, 3), state, size, t, pins, token}
-    end
+    if string.sub(all[i], 1, 2) == 'o:' then values[all[i]] = all[i + 1] end
+  end
+  for f in pairs(n.d) do
+    if string.sub(f, 1, 2) == 'o:' then values[f] = n[f] or nil end
+  end
+  local found = {}
+  for f, value in pairs(values) do
+    local state, size, t, pins, token = unpack_object(value)
+    found[#found + 1] = {string.sub(f, 3), state, size, t, pins, token}
   end
   return found
 end
 
-local function recompute_processing(n)
-  local ps, psn = nil, nil
-  for _, o in ipairs(scan_objects(n)) do
-    if o[2] == 'p' then
-      if not ps or o[4] > ps then ps, psn = o[4], 1 elseif o[4] == ps then psn = psn + 1 end
-    end
-  end
-  set(n, 'ps', ps)
-  set(n, 'psn', psn)
-end
-
 -- Adds (sign 1) or removes (sign -1) one object's share of the node's counters and the
--- shard's stats. A removal must run after the object's field changed, so that a rescan
--- sees the node as it now is.
+-- shard's stats. A removal must come after the object's field changed (put_field), so a
+-- rescan sees the node as it now is.
 local function count_object(n, sign, state, size, t, pins)
   add(n, 'no', sign)
   add(n, 'b', sign * size)
@@ -162,15 +209,24 @@ local function count_object(n, sign, state, size, t, pins)
       set(n, 'psn', nil)
     elseif t == n.ps then
       add(n, 'psn', -1)
-      if n.psn <= 0 then recompute_processing(n) end
+      if n.psn <= 0 then  -- the latest starter is gone: find the next latest
+        local ps, psn = nil, nil
+        for _, o in ipairs(scan_objects(n)) do
+          if o[2] == 'p' then
+            if not ps or o[4] > ps then ps, psn = o[4], 1 elseif o[4] == ps then psn = psn + 1 end
+          end
+        end
+        set(n, 'ps', ps)
+        set(n, 'psn', psn)
+      end
     end
   elseif sign > 0 then
     if t > (n.lm or 0) then set(n, 'lm', t) end
   elseif t >= (n.lm or 0) then
     n.recompute_lm = true
   end
-  stat_used = stat_used + sign * size
-  stat_objects = stat_objects + sign
+  d_used = d_used + sign * size
+  d_objects = d_objects + sign
 end
 
 local function emit(kind, hash, ...)
@@ -180,79 +236,90 @@ local function emit(kind, hash, ...)
 end
 
 -- A fence makes step 2 of any link of this child with an epoch <= it refuse; it is only
--- needed while such an epoch could still be accepted (within the horizon).
+-- needed while such an epoch could still be accepted (within the horizon), and fences
+-- past the horizon are dropped here.
 local function raise_fence(hash, epoch)
-  if epoch >= NOW - EPOCH_HORIZON_MS then
-    redis.call('ZADD', FENCES, 'GT', num(epoch), hash)
+  if epoch < now() - EPOCH_HORIZON_MS then return end
+  read_stats()
+  if s_fences + d_fences > 0 then
+    d_fences = d_fences -
+      redis.call('ZREMRANGEBYSCORE', FENCES, '-inf', '(' .. num(now() - EPOCH_HORIZON_MS))
   end
+  d_fences = d_fences + redis.call('ZADD', FENCES, 'GT', num(epoch), hash)
 end
 
--- An emptied node goes at once; if it had a parent, the unlink from it is recorded here
--- (the outbox) and returned to the client, which runs it in the parent's shard.
-local function delete_node(n)
-  n.deleted = true
-  n.exists = false
-  stat_nodes = stat_nodes - 1
-  if n.p then
-    local pe = n.pe or 0
-    raise_fence(n.hash, pe)
-    redis.call('ZADD', OUTBOX, NOW, n.hash .. '|' .. n.p .. '|' .. num(pe))
-    intents[#intents + 1] = {n.p, n.hash, num(pe)}
-  end
+-- The highest fence of a child, or nil (no read at all while the shard has no fence).
+local function fence_of(hash)
+  read_stats()
+  if s_fences + d_fences <= 0 then return nil end
+  return tonumber(redis.call('ZSCORE', FENCES, hash))
 end
 
-local function update_leaf(n)
-  local set_, score = leaf_of(n)
-  if n.leaf_set and set_ ~= n.leaf_set then redis.call('ZREM', n.leaf_set, n.hash) end
-  if set_ and (set_ ~= n.leaf_set or score ~= n.leaf_score) then
-    redis.call('ZADD', set_, num(score), n.hash)
-    if not n.leaf_set then
-      new_leaves[#new_leaves + 1] = {n.hash, num(score), num(n.b or 0),
-        set_ == SOFT_LEAVES and '1' or '0'}
-    end
-  end
-end
-
-local function write_back(n)
-  local put, drop = {}, {}
-  for f in pairs(n.dirty) do
-    local x = n[f]
-    if x == nil or x == 0 then
-      drop[#drop + 1] = f
-    else
-      put[#put + 1] = f
-      put[#put + 1] = TEXT_FIELDS[f] and x or num(x)
-    end
-  end
-  if #put > 0 then redis.call('HSET', n.key, unpack(put)) end
-  if #drop > 0 then redis.call('HDEL', n.key, unpack(drop)) end
-end
-
--- Writes back every node touched, deletes the emptied ones, keeps the leaf index exact
--- and adds the script's changes to the shard's stats.
+-- Writes back every node touched: an emptied one is deleted (and, if it had a parent, its
+-- unlink recorded in the outbox and returned to the client, which runs it in the parent's
+-- shard); the leaf index is kept exact; the shard's stats are written once.
 local function finish()
-  for _, n in ipairs(node_order) do
-    if n.exists and (n.no or 0) == 0 and (n.nc or 0) == 0 then delete_node(n) end
-    if n.deleted then
+  local wrote = false
+  for i = 1, #nodes do
+    local n = nodes[i]
+    if n.exists and (n.no or 0) == 0 and (n.nc or 0) == 0 then
+      n.exists = false
+      d_nodes = d_nodes - 1
+      if n.p then
+        local pe = n.pe or 0
+        raise_fence(n.hash, pe)
+        redis.call('ZADD', OUTBOX, now(), n.hash .. '|' .. n.p .. '|' .. num(pe))
+        intents[#intents + 1] = {n.p, n.hash, num(pe)}
+      end
       redis.call('DEL', n.key)
-    else
+      wrote = true
+    elseif next(n.d) then
       if n.recompute_lm then
         local lm = nil
-        if (n.no or 0) > 0 then
-          for _, o in ipairs(scan_objects(n)) do
-            if o[2] == 'c' and (not lm or o[4] > lm) then lm = o[4] end
-          end
+        for _, o in ipairs(scan_objects(n)) do
+          if o[2] == 'c' and (not lm or o[4] > lm) then lm = o[4] end
         end
-        set(n, 'lm', lm)
+        n.lm = lm
+        n.d.lm = true
       end
-      if n.clear_lb then set(n, 'lb', nil) end
-      write_back(n)
+      local put, drop = {}, {}
+      for f in pairs(n.d) do
+        local x = n[f]
+        if f == 'p' then x = n.p or (n.lb and ('?' .. n.lb)) end
+        if x == nil or x == false or x == 0 then
+          drop[#drop + 1] = f
+        else
+          put[#put + 1] = f
+          put[#put + 1] = type(x) == 'number' and num(x) or x
+        end
+      end
+      if #put > 0 then redis.call('HSET', n.key, unpack(put)) end
+      if #drop > 0 then redis.call('HDEL', n.key, unpack(drop)) end
+      wrote = true
     end
-    update_leaf(n)
+    local set_, score = leaf_of(n)
+    if n.leaf_set and set_ ~= n.leaf_set then redis.call('ZREM', n.leaf_set, n.hash) end
+    if set_ and (set_ ~= n.leaf_set or score ~= n.leaf_score) then
+      redis.call('ZADD', set_, num(score), n.hash)
+      if not n.leaf_set then
+        new_leaves[#new_leaves + 1] = {n.hash, num(score), num(n.b or 0),
+          set_ == SOFT_LEAVES and '1' or '0'}
+      end
+    end
   end
-  if stat_used ~= 0 then redis.call('HINCRBY', STATS, 'used_bytes', stat_used) end
-  if stat_objects ~= 0 then redis.call('HINCRBY', STATS, 'objects', stat_objects) end
-  if stat_nodes ~= 0 then redis.call('HINCRBY', STATS, 'nodes', stat_nodes) end
+  if not wrote and d_used == 0 and d_objects == 0 and d_nodes == 0 and d_fences == 0 then
+    return
+  end
+  if stats_read then
+    redis.call('HSET', STATS, 'used_bytes', num(s_used + d_used),
+      'objects', num(s_objects + d_objects), 'nodes', num(s_nodes + d_nodes),
+      'fences', num(s_fences + d_fences), 'writes', num(s_writes + 1))
+    return
+  end
+  if d_used ~= 0 then redis.call('HINCRBY', STATS, 'used_bytes', d_used) end
+  if d_objects ~= 0 then redis.call('HINCRBY', STATS, 'objects', d_objects) end
+  if d_nodes ~= 0 then redis.call('HINCRBY', STATS, 'nodes', d_nodes) end
+  if d_fences ~= 0 then redis.call('HINCRBY', STATS, 'fences', d_fences) end
   redis.call('HINCRBY', STATS, 'writes', 1)
 end
 
@@ -276,12 +343,12 @@ local function check_parent(n, parent, epoch, checked, batch)
     end
     return 'same'
   end
-  if epoch < NOW - EPOCH_HORIZON_MS then
+  if epoch < now() - EPOCH_HORIZON_MS then
     return nil, fail('STALE_EPOCH', num(epoch))
   end
-  local fence = tonumber(redis.call('ZSCORE', FENCES, n.hash))
+  local fence = fence_of(n.hash)
   if fence and fence >= epoch then return nil, fail('FENCED', num(fence)) end
-  if n.exists and (n.nc or 0) > 0 and n.lb ~= batch and checked ~= '1' then
+  if n.exists and (n.nc or 0) > 0 and n.lb0 ~= batch and checked ~= '1' then
     return nil, fail('CYCLE_CHECK', 'node ' .. n.hash .. ' has children')
   end
   return 'new'
@@ -291,12 +358,16 @@ end
 -- link existed already, or the node had no children but this batch's, so no cycle can
 -- close through it), 'C' (a new link into a node with children from elsewhere: left
 -- pending for the resolver to confirm after its walk up for a cycle), '' (no parent).
+-- Any write of a node ends its shell's batch marker.
 local function apply_parent(n, parent, epoch, how, batch)
-  n.clear_lb = n.lb ~= nil  -- at finish: later items of this node still read it
+  if n.lb then
+    n.lb = nil
+    n.d.p = true
+  end
   if how == '' then return '' end
   local flag = 'L'
   if how == 'new' then
-    if (n.nc or 0) > 0 and n.lb ~= batch then flag = 'C' end
+    if (n.nc or 0) > 0 and n.lb0 ~= batch then flag = 'C' end
     set(n, 'p', parent)
     set(n, 'pe', epoch)
   elseif epoch > (n.pe or 0) then

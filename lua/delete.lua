@@ -11,8 +11,8 @@
 local mode = ARGV[4]
 
 local function delete(n, suffix, token)
-  local field = 'o:' .. suffix
-  local value = redis.call('HGET', n.key, field)
+  local name = 'o:' .. suffix
+  local value = field(n, name)
   local key = n.hash .. suffix
   if not value then return fail('NOT_FOUND', 'no object ' .. key) end
   local state, size, t, pins, owner = unpack_object(value)
@@ -20,7 +20,7 @@ local function delete(n, suffix, token)
     if state ~= 'c' then
       return fail('INVALID_STATE', 'object ' .. key .. ' is processing; use put_revoke')
     end
-    if t > NOW then
+    if t > now() then
       return fail('LEASED', 'object ' .. key .. ' is leased by a reader until ' .. num(t) ..
         ' (Redis ms); retry after the lease or pass force=True')
     end
@@ -33,12 +33,13 @@ local function delete(n, suffix, token)
       return fail('INVALID_STATE', 'object ' .. key .. ' was started by another writer')
     end
   end
-  redis.call('HDEL', n.key, field)
+  put_field(n, name, false)
   count_object(n, -1, state, size, t, pins)
   emit(mode == 'revoke' and 'revoked' or 'removed', n.hash, 'key', key, 'size', num(size))
   return 'OK'
 end
 
+for a = 5, #ARGV, 4 do want(KEYS[tonumber(ARGV[a])], 'o:' .. ARGV[a + 2]) end
 local results = {}
 for a = 5, #ARGV, 4 do
   local n = node(KEYS[tonumber(ARGV[a])], ARGV[a + 1])

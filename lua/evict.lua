@@ -16,8 +16,8 @@ local soft_allowed = ARGV[4] == '1'
 local function evictable(o)
   local state, t, pins = o[2], o[4], o[5]
   if pins >= 2 or (pins % 2 == 1 and not soft_allowed) then return false end
-  if state == 'p' then return t + RELEASE_MS <= NOW end
-  return t <= NOW
+  if state == 'p' then return t + RELEASE_MS <= now() end
+  return t <= now()
 end
 
 local function evict(n, seen, mode)
@@ -25,7 +25,7 @@ local function evict(n, seen, mode)
   if mode == 'leaf' then
     local set_, score = leaf_of(n)
     if not set_ or (set_ == SOFT_LEAVES and not soft_allowed) then return 'X' end
-    if score > NOW or score > seen then return 'S' .. num(score) end
+    if score > now() or score > seen then return 'S' .. num(score) end
     objects = EVENTS_CAP > 0 and scan_objects(n) or {}  -- the node goes whole: DEL
   else
     if not n.exists or (n.nc or 0) == 0 or (n.no or 0) == 0 then return 'X' end
@@ -34,15 +34,13 @@ local function evict(n, seen, mode)
       if not evictable(o) then return 'X' end
     end
   end
-  local fields = {}
   for _, o in ipairs(objects) do
-    fields[#fields + 1] = 'o:' .. o[1]
+    if mode == 'interior' then put_field(n, 'o:' .. o[1], false) end
     emit('evicted', n.hash, 'key', n.hash .. o[1], 'size', num(o[3]))
   end
-  if mode == 'interior' and #fields > 0 then redis.call('HDEL', n.key, unpack(fields)) end
   local count, bytes = n.no or 0, n.b or 0
-  stat_used = stat_used - bytes
-  stat_objects = stat_objects - count
+  d_used = d_used - bytes
+  d_objects = d_objects - count
   for _, f in ipairs({'no', 'np', 'ps', 'psn', 'nh', 'ns', 'b', 'lm'}) do set(n, f, nil) end
   return 'E' .. num(count) .. ':' .. num(bytes)
 end

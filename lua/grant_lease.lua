@@ -8,23 +8,24 @@
 local ttl, probe = tonumber(ARGV[4]), ARGV[5] == '1'
 
 local function lease(n, suffix)
-  local field = 'o:' .. suffix
-  local value = redis.call('HGET', n.key, field)
+  local name = 'o:' .. suffix
+  local value = field(n, name)
   if not value then return '' end
   local state, size, t, pins, token = unpack_object(value)
   if state ~= 'c' then
     if probe then return '' end
     return fail('NOT_READY', 'object ' .. n.hash .. suffix .. ' is still processing')
   end
-  local until_ms = NOW + ttl
+  local until_ms = now() + ttl
   if until_ms > t then
     value = pack_object('c', size, until_ms, pins, token)
-    redis.call('HSET', n.key, field, value)
+    put_field(n, name, value)
     if until_ms > (n.lm or 0) then set(n, 'lm', until_ms) end
   end
   return value
 end
 
+for a = 6, #ARGV, 3 do want(KEYS[tonumber(ARGV[a])], 'o:' .. ARGV[a + 2]) end
 local results = {}
 for a = 6, #ARGV, 3 do
   local n = node(KEYS[tonumber(ARGV[a])], ARGV[a + 1])

@@ -2,28 +2,36 @@
 -- link's epoch (created as a shell if absent), and a pending entry records the link until
 -- the child's step 2 confirms it (or the resolver settles it).
 -- KEYS: 1-7 the shard's keys, then the parent nodes
--- ARGV: 1-3 header (_lib.lua), 4 batch id, then 4 per item: parent key index, parent hash,
---       child hash, epoch
+-- ARGV: 1-3 header (_lib.lua), 4 batch id, then 5 per item: parent key index, parent hash,
+--       child hash, the child's field name in the parent ('' = the child hash itself, as for
+--       every 64-hex child; else c:<hash>), epoch
 -- Returns: one per item: 1 if the child field was written or raised (pending entry added),
 --          0 if the parent already listed the child at this epoch or a newer one
 local batch = ARGV[4]
+local function field_name(a)
+  return ARGV[a + 3] ~= '' and ARGV[a + 3] or ARGV[a + 2]
+end
+for a = 5, #ARGV, 5 do want(KEYS[tonumber(ARGV[a])], field_name(a)) end
+
 local results = {}
-for a = 5, #ARGV, 4 do
+for a = 5, #ARGV, 5 do
   local n = node(KEYS[tonumber(ARGV[a])], ARGV[a + 1])
-  local child, epoch = ARGV[a + 2], tonumber(ARGV[a + 3])
+  local child, epoch, name = ARGV[a + 2], tonumber(ARGV[a + 4]), field_name(a)
   if not n.exists then
     create(n)
-    set(n, 'lb', batch)  -- every child of this shell comes from this batch, for now
+    n.lb = batch  -- every child of this shell comes from this batch, for now
+    n.d.p = true
   elseif n.lb and n.lb ~= batch then
-    set(n, 'lb', nil)
+    n.lb = nil
+    n.d.p = true
   end
-  local field = child_field(child)
-  local current = tonumber(redis.call('HGET', n.key, field))
+  local current = tonumber(field(n, name))
   local written = 0
   if not current or epoch > current then
     if not current then add(n, 'nc', 1) end
-    redis.call('HSET', n.key, field, num(epoch))
-    redis.call('ZADD', PENDING, NOW, n.hash .. '|' .. child .. '|' .. num(epoch))
+    put_field(n, name, num(epoch))
+    -- scored by the epoch: this writer's estimate of Redis time (no TIME call needed)
+    redis.call('ZADD', PENDING, num(epoch), n.hash .. '|' .. child .. '|' .. num(epoch))
     written = 1
   end
   results[#results + 1] = written

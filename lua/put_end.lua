@@ -6,8 +6,8 @@
 -- Returns: one per item: 'OK' (also when it was complete already: a re-send), or NOT_FOUND,
 --          INVALID_STATE (another writer's object)
 local function complete(n, suffix, token)
-  local field = 'o:' .. suffix
-  local value = redis.call('HGET', n.key, field)
+  local name = 'o:' .. suffix
+  local value = field(n, name)
   if not value then
     return fail('NOT_FOUND', 'no object ' .. n.hash .. suffix .. ' (never started, revoked, '
       .. 'or evicted after put_start_release_timeout)')
@@ -18,13 +18,14 @@ local function complete(n, suffix, token)
       .. 'writer (token ' .. tostring(owner) .. ')')
   end
   if state == 'c' then return 'OK' end
-  redis.call('HSET', n.key, field, pack_object('c', size, NOW, pins, token))
+  put_field(n, name, pack_object('c', size, now(), pins, token))
   count_object(n, -1, 'p', size, t, pins)
-  count_object(n, 1, 'c', size, NOW, pins)
+  count_object(n, 1, 'c', size, now(), pins)
   emit('stored', n.hash, 'key', n.hash .. suffix, 'size', num(size), 'parent', n.p or '')
   return 'OK'
 end
 
+for a = 4, #ARGV, 4 do want(KEYS[tonumber(ARGV[a])], 'o:' .. ARGV[a + 2]) end
 local results = {}
 for a = 4, #ARGV, 4 do
   local n = node(KEYS[tonumber(ARGV[a])], ARGV[a + 1])

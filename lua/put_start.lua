@@ -11,12 +11,12 @@
 --          PARENT_CONFLICT, and the link refusals the client handles itself: STALE_EPOCH,
 --          FENCED <fence>, CYCLE_CHECK
 local batch, discard_ms, default_limit = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
-local stats = redis.call('HMGET', STATS, 'used_bytes', 'limit')
-local used, limit = tonumber(stats[1]) or 0, tonumber(stats[2]) or default_limit
+read_stats()
+local used, limit = s_used, s_limit or default_limit
 
 local function put(n, suffix, size, pins, token, parent, epoch, checked)
-  local field = 'o:' .. suffix
-  local current = redis.call('HGET', n.key, field)
+  local name = 'o:' .. suffix
+  local current = field(n, name)
   local old
   if current then
     local state, old_size, t, old_pins, old_token = unpack_object(current)
@@ -26,7 +26,7 @@ local function put(n, suffix, size, pins, token, parent, epoch, checked)
       end
       return 'OK'
     end
-    if state ~= 'p' or t + discard_ms > NOW then
+    if state ~= 'p' or t + discard_ms > now() then
       return fail('ALREADY_EXISTS', 'object ' .. n.hash .. suffix .. ' already exists (' ..
         (state == 'p' and 'processing' or 'complete') .. ')')
     end
@@ -41,13 +41,14 @@ local function put(n, suffix, size, pins, token, parent, epoch, checked)
   if not how then return refusal end
   create(n)
   local flag = apply_parent(n, parent, epoch, how, batch)
-  redis.call('HSET', n.key, field, pack_object('p', size, NOW, pins, token))
-  count_object(n, 1, 'p', size, NOW, pins)
+  put_field(n, name, pack_object('p', size, now(), pins, token))
+  count_object(n, 1, 'p', size, now(), pins)
   if old then count_object(n, -1, old[1], old[2], old[3], old[4]) end
   used = used + grow
   return 'OK' .. flag
 end
 
+for a = 7, #ARGV, 9 do want(KEYS[tonumber(ARGV[a])], 'o:' .. ARGV[a + 2]) end
 local results = {}
 for a = 7, #ARGV, 9 do
   local n = node(KEYS[tonumber(ARGV[a])], ARGV[a + 1])

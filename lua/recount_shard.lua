@@ -1,5 +1,6 @@
 -- recount_shard: fsck --repair for a shard's stats: used_bytes, objects and nodes summed
--- from the nodes themselves, and leaf index entries of nodes that no longer exist dropped.
+-- from the nodes themselves, fences counted, and leaf index entries of nodes that no
+-- longer exist dropped.
 -- The caller lists every node of the shard it scanned and the shard's write counter it
 -- saw before scanning; if any write script ran since, the list may be stale: nothing is
 -- changed and the caller scans again.
@@ -35,5 +36,7 @@ for _, index in ipairs({LEAVES, SOFT_LEAVES}) do
     end
   end
 end
-redis.call('HSET', STATS, 'used_bytes', num(used), 'objects', num(objects), 'nodes', num(nodes))
+local fences = redis.call('ZCARD', FENCES)
+redis.call('HSET', STATS, 'used_bytes', num(used), 'objects', num(objects), 'nodes', num(nodes),
+  'fences', fences)
 return {'recounted', num(used), num(objects), num(nodes), dropped}

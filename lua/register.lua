@@ -9,7 +9,7 @@ local batch = ARGV[4]
 
 local function register(n, parent, epoch, checked, first, count)
   for i = first, first + count - 1 do
-    if redis.call('HEXISTS', n.key, 'o:' .. ARGV[i]) == 0 then
+    if not field(n, 'o:' .. ARGV[i]) then
       return fail('NOT_FOUND', 'no object ' .. n.hash .. ARGV[i] .. ' to register under node '
         .. n.hash .. '; put_start it first')
     end
@@ -23,8 +23,13 @@ local function register(n, parent, epoch, checked, first, count)
   return 'OK' .. apply_parent(n, parent, epoch, how, batch)
 end
 
-local results = {}
 local a = 5
+while a <= #ARGV do
+  for i = a + 6, a + 5 + tonumber(ARGV[a + 5]) do want(KEYS[tonumber(ARGV[a])], 'o:' .. ARGV[i]) end
+  a = a + 6 + tonumber(ARGV[a + 5])
+end
+local results = {}
+a = 5
 while a <= #ARGV do
   local n = node(KEYS[tonumber(ARGV[a])], ARGV[a + 1])
   local count = tonumber(ARGV[a + 5])

@@ -9,7 +9,7 @@ local all = redis.call('HGETALL', n.key)
 if #all == 0 then return {'absent', {}} end
 n.exists = true
 for _, f in ipairs({'nc', 'no', 'np', 'ps', 'psn', 'nh', 'ns', 'b', 'lm'}) do set(n, f, nil) end
-local used, objects = stat_used, stat_objects
+local used, objects = d_used, d_objects
 for i = 1, #all, 2 do
   local f = all[i]
   if string.sub(f, 1, 2) == 'o:' then
@@ -19,7 +19,7 @@ for i = 1, #all, 2 do
     add(n, 'nc', 1)
   end
 end
-stat_used, stat_objects = used, objects  -- counters only: the stats are recounted apart
+d_used, d_objects = used, objects  -- counters only: the stats are recounted apart
 redis.call('ZREM', LEAVES, n.hash)
 redis.call('ZREM', SOFT_LEAVES, n.hash)
 n.leaf_set, n.leaf_score = nil, nil

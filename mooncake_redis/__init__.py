@@ -8,6 +8,7 @@ from .errors import (
     CycleDetected,
     InvalidArgument,
     InvalidObjectState,
+    LinkContention,
     MooncakeRedisError,
     NoSpace,
     ObjectAlreadyExists,
@@ -28,7 +29,8 @@ from .settings import ClientOptions, Settings
 
 __all__ = [
     "ClientOptions", "ClusterUnavailable", "ConfigurationError", "CycleDetected", "Index",
-    "InvalidArgument", "InvalidObjectState", "MooncakeRedisError", "NoSpace", "NodeInfo",
+    "InvalidArgument", "InvalidObjectState", "LinkContention", "MooncakeRedisError", "NoSpace",
+    "NodeInfo",
     "ObjectAlreadyExists", "ObjectInfo", "ObjectLeased", "ObjectNotFound", "ObjectNotReady",
     "OutcomeUnknown", "ParentConflict", "PermissionDenied", "RadixTreeDisabled",
     "ReplicationIncomplete", "Result", "Settings", "StoreFull", "Usage", "register_extractor",

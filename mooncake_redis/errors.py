@@ -75,6 +75,14 @@ class CycleDetected(MooncakeRedisError):
     code = "CYCLE"
 
 
+class LinkContention(MooncakeRedisError):
+    """A link kept being fenced (its child deleted, or settled by a resolver running with
+    no grace period) for every send this call made; nothing of the item was written:
+    send it again."""
+
+    code = "LINK_CONTENTION"
+
+
 class RadixTreeDisabled(MooncakeRedisError):
     """A radix tree operation on a namespace configured with enable_radix_tree=False."""
 

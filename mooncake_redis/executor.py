@@ -128,12 +128,14 @@ class Batch:
         self._preamble += 1
 
     def call(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any],
-             retry_safe: bool = False, read_only: bool = False) -> int:
-        """Queue a script call; returns its position in execute()'s results."""
-        tag = tag_of(keys[0]) if keys else None
-        if any(tag_of(k) != tag for k in keys):
-            raise CrossSlotCall(f"script {script.name} got keys of shard tags "
-                                f"{sorted({tag_of(k) for k in keys})}")
+             retry_safe: bool = False, read_only: bool = False, one_tag: bool = False) -> int:
+        """Queue a script call; returns its position in execute()'s results. one_tag: the
+        caller built every key from one shard (ShardCall checks it per node key)."""
+        if not one_tag:
+            tag = tag_of(keys[0]) if keys else None
+            if any(tag_of(k) != tag for k in keys):
+                raise CrossSlotCall(f"script {script.name} got keys of shard tags "
+                                    f"{sorted({tag_of(k) for k in keys})}")
         command = ("EVALSHA", script.sha, len(keys), *keys, *args)
         return self._queue(script.name, command, keys[0] if keys else None,
                            retry_safe or read_only, not read_only)

@@ -22,6 +22,7 @@ from .executor import score_pairs
 from .links import (
     Intent,
     ResolverReport,
+    add_link,
     break_cycles,
     cascade,
     pending_member,
@@ -30,7 +31,7 @@ from .links import (
     triples,
 )
 from .matching import scan_node_keys
-from .values import NodeFields, child_field, decode_object, split_node
+from .values import NodeFields, child_field, decode_object, parent_of, split_node
 
 SHARDS_PER_STEP = 16
 RECOUNT_TRIES = 3
@@ -68,6 +69,7 @@ class _Shard:
     leaves: dict[str, float]
     soft_leaves: dict[str, float]
     pending: set[str]
+    fences: int
     nodes: dict[str, NodeFields] = field(default_factory=dict)
 
 
@@ -89,7 +91,7 @@ def check(ctx: Context, repair: bool = False, shards: Sequence[str] | None = Non
         group = checker.read_shards(names, node_keys)
         for shard in group:
             checker.check_shard(shard)
-            parents.update((h, n.attributes.get("p")) for h, n in shard.nodes.items())
+            parents.update((h, n.parent) for h, n in shard.nodes.items())
         checker.check_links(group)
         if progress is not None:
             progress(len(group))
@@ -115,14 +117,15 @@ class _Checker:
             batch.command("ZRANGE", keys.leaves, 0, -1, "WITHSCORES")
             batch.command("ZRANGE", keys.soft_leaves, 0, -1, "WITHSCORES")
             batch.command("ZRANGE", keys.pending, 0, -1)
+            batch.command("ZCARD", keys.fences)
             for key in node_keys.get(name, []):
                 batch.command("HGETALL", key)
         replies = iter(batch.execute())
         shards = []
         for name in names:
-            stats, leaves, soft, pending = (next(replies) for _ in range(4))
+            stats, leaves, soft, pending, fences = (next(replies) for _ in range(5))
             shard = _Shard(name, stats, dict(score_pairs(leaves)),
-                           dict(score_pairs(soft)), set(pending))
+                           dict(score_pairs(soft)), set(pending), int(fences))
             for key in node_keys.get(name, []):
                 fields = next(replies)
                 if fields:
@@ -148,12 +151,13 @@ class _Checker:
         stale_leaves = (set(shard.leaves) | set(shard.soft_leaves)) - set(shard.nodes)
         for gone in sorted(stale_leaves):
             report.add("leaf_index_stale", f"{gone} indexed as a leaf, no such node")
-        counted = (int(shard.stats.get("used_bytes", 0)), int(shard.stats.get("objects", 0)),
-                   int(shard.stats.get("nodes", 0)))
-        stats_wrong = counted != (used, objects, len(shard.nodes))
+        counted = tuple(int(shard.stats.get(name, 0))
+                        for name in ("used_bytes", "objects", "nodes", "fences"))
+        actual = (used, objects, len(shard.nodes), shard.fences)
+        stats_wrong = counted != actual
         if stats_wrong:
-            report.add("shard_stats", f"shard {shard.name} (used_bytes, objects, nodes) "
-                                      f"{counted} != {(used, objects, len(shard.nodes))}")
+            report.add("shard_stats", f"shard {shard.name} (used_bytes, objects, nodes, fences) "
+                                      f"{counted} != {actual}")
         if self.repair:
             self._repair_nodes(shard.name, broken)
             if stats_wrong or stale_leaves:
@@ -210,7 +214,7 @@ class _Checker:
         deletion would leave the parent's field behind), unless a pending entry covers it."""
         nodes = {h: n for shard in group for h, n in shard.nodes.items()}
         pending = set().union(*(shard.pending for shard in group))
-        up = [(h, n.attributes["p"]) for h, n in nodes.items() if n.attributes.get("p")]
+        up = [(h, n.parent) for h, n in nodes.items() if n.parent]
         down = [(c, h, e) for h, n in nodes.items() for c, e in sorted(n.children.items())]
         batch = self.ctx.batch()
         for child, parent in up:
@@ -225,7 +229,8 @@ class _Checker:
                 self.report.add("parent_does_not_list_child",
                                 f"{child} names parent {parent}, which does not list it")
                 relink.append((child, parent, nodes[child].counter("pe")))
-        for (child, parent, epoch), (named, child_epoch) in zip(down, replies[len(up):]):
+        for (child, parent, epoch), (named_field, child_epoch) in zip(down, replies[len(up):]):
+            named = parent_of(named_field)
             covered = pending_member(parent, child, epoch) in pending
             if named != parent:
                 if not covered:
@@ -313,8 +318,7 @@ class _Checker:
         if relink:
             links = self.ctx.calls("link", "fsck")
             for child, parent, epoch in relink:
-                call = links.add(self.ctx.shard(parent), None)
-                call.item(call.node(parent), parent, child, epoch)
+                add_link(links, self.ctx, parent, child, epoch)
             batch = self.ctx.batch()
             links.queue(batch)
             for reply in batch.execute():

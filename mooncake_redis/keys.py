@@ -8,13 +8,14 @@ The schema (v2) is a contract that redis-cli users read; tests/test_keys.py pins
                                                         children; other names as c:<name>)
                                          o:<suffix>     an object (key = hash + suffix) ->
                                                         packed metadata (see values.py)
-                                         nc no np ps psn nh ns b lm lb   counters (values.py)
+                                         nc no np ps psn nh ns b lm   counters (values.py); a shell
+                                         made by one batch holds p = ?<batch id>
     <ns>:{<shard>}:leaves        ZSET    leaf node -> eviction score (no soft-pinned object)
     <ns>:{<shard>}:soft_leaves   ZSET    leaf node -> eviction score (some object soft-pinned)
     <ns>:{<shard>}:pending       ZSET    "<parent>|<child>|<epoch>" links not yet confirmed -> ms
     <ns>:{<shard>}:fences        ZSET    child hash -> highest fenced link epoch (expire by score)
     <ns>:{<shard>}:outbox        ZSET    "<child>|<parent>|<epoch>" unlinks still to do -> ms
-    <ns>:{<shard>}:stats         HASH    used_bytes, objects, nodes, writes, limit
+    <ns>:{<shard>}:stats         HASH    used_bytes, objects, nodes, fences, writes, limit
     <ns>:{<shard>}:events        STREAM  stored / removed / evicted, capped
     <ns>:settings                HASH    namespace settings (settings.py)
     <ns>:eviction_lock           STRING  token of the one eviction job running (expires)

@@ -18,6 +18,7 @@ from .context import Context
 from .errors import MooncakeRedisError
 from .executor import raise_first_error
 from .scripts import ShardCalls
+from .values import child_field_argument, parent_of
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,21 @@ def new_leaves(flat: Sequence[str]) -> list[NewLeaf]:
             for i in range(0, len(flat), 4)]
 
 
+def add_link(links: ShardCalls[Any], ctx: Context, parent: str, child: str, epoch: int | str,
+             tag: Any = None) -> None:
+    """Queue step 1 of a link (lua/link.lua) on the parent's shard call."""
+    call = links.add(ctx.shard(parent), tag)
+    call.item(call.node(parent), parent, child, child_field_argument(child), epoch)
+
+
+def add_unlink(unlinks: ShardCalls[Any], ctx: Context, parent: str, child: str,
+               epoch: int | str, pending: str = "") -> None:
+    """Queue an unlink (lua/unlink.lua): drop the child field if it holds `epoch` ('' =
+    keep it), and the pending entry `pending` if given."""
+    call = unlinks.add(ctx.shard(parent), None)
+    call.item(call.node(parent), parent, child, child_field_argument(child), epoch, pending)
+
+
 def confirm_links(ctx: Context, confirmed: Iterable[tuple[Link, int]]) -> None:
     """Drop the pending entries of links a child confirmed (a deferred ZREM per shard)."""
     members: dict[str, list[str]] = defaultdict(list)
@@ -75,8 +91,7 @@ def cascade(ctx: Context, intents: Iterable[Intent],
                                      "the resolver finishes it from the outbox")
         unlinks = ctx.calls("unlink")
         for parent, child, epoch in level:
-            call = unlinks.add(ctx.shard(parent), None)
-            call.item(call.node(parent), parent, child, epoch, "")
+            add_unlink(unlinks, ctx, parent, child, epoch)
         next_level: list[Intent] = []
         removed += _run_unlinks(ctx, unlinks, on_new_leaf, next_level)
         _clear_outbox(ctx, level)
@@ -131,7 +146,7 @@ def walk_finds_cycles(ctx: Context, walks: Mapping[str, str],
             batch.command("HGET", ctx.schema.node(cursor), "p")
         parents = dict(zip(asked, batch.execute()))
         for node, cursor in list(cursors.items()):
-            parent = parents[cursor] or intended.get(cursor)
+            parent = parent_of(parents[cursor]) or intended.get(cursor)
             if parent is None:
                 del cursors[node]
             else:
@@ -184,9 +199,8 @@ def resolve_links(ctx: Context, entries: Sequence[Intent], report: ResolverRepor
         kept = verdict.startswith("keep")
         report.kept += kept
         report.dropped += not kept
-        call = unlinks.add(ctx.shard(parent), None)
-        call.item(call.node(parent), parent, child, "" if kept else epoch,
-                  pending_member(parent, child, epoch))
+        add_unlink(unlinks, ctx, parent, child, "" if kept else epoch,
+                   pending_member(parent, child, epoch))
         if verdict == "keep+children":
             walks[child] = (parent, epoch)
     intents: list[Intent] = []
@@ -217,8 +231,7 @@ def break_cycles(ctx: Context, links: Mapping[str, tuple[str, str]],
         if verdict.startswith("broken"):
             report.cycles_broken += 1
             log.warning("broke a cycle through %s -> %s (racing writers)", child, parent)
-            call = unlinks.add(ctx.shard(parent), None)
-            call.item(call.node(parent), parent, child, verdict.split(" ", 1)[1], "")
+            add_unlink(unlinks, ctx, parent, child, verdict.split(" ", 1)[1])
     if unlinks:
         intents: list[Intent] = []
         _run_unlinks(ctx, unlinks, None, intents)

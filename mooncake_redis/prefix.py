@@ -7,6 +7,7 @@ this registry; nothing read from Redis is imported or called.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -104,6 +105,7 @@ def is_digest(prefix_hash: str) -> bool:
     return _HEX64.fullmatch(prefix_hash) is not None
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def shard_of(prefix_hash: str) -> str:
     """Two lowercase hex digits: the hash's own first two when it is a 64-hex digest
     (uniform already), else the first two of blake3(prefix_hash)."""

@@ -18,8 +18,14 @@ from dataclasses import dataclass, field
 
 from .admission import default_shard_limit
 from .context import Context
-from .errors import CycleDetected, MooncakeRedisError, ParentConflict, from_script_error
-from .links import Link, confirm_links, settle_links_now, walk_finds_cycles
+from .errors import (
+    CycleDetected,
+    LinkContention,
+    MooncakeRedisError,
+    ParentConflict,
+    from_script_error,
+)
+from .links import Link, add_link, confirm_links, settle_links_now, walk_finds_cycles
 from .models import Result
 
 MAX_SENDS = 4
@@ -81,10 +87,10 @@ def write(ctx: Context, writes: list[Write]) -> list[Result[None]]:
         sends.append(_send(ctx, todo))
         todo = _after_send(ctx, todo)
     for w in todo:
-        w.refuse(MooncakeRedisError(
+        w.refuse(LinkContention(
             f"gave up after {MAX_SENDS} sends: the link's epoch kept being fenced or stale "
-            "(concurrent deletions of this node); retry", key=w.object_key,
-            prefix_hash=w.prefix_hash))
+            "(concurrent deletions of this node, or a resolver with no grace period); send "
+            "it again", key=w.object_key, prefix_hash=w.prefix_hash))
     _settle(ctx, writes, sends)
     return [w.result for w in writes]  # type: ignore[misc]  # every item has one now
 
@@ -93,6 +99,7 @@ def refuse_in_batch(writes: list[Write]) -> None:
     """Within one batch a node names one parent, never itself, and the batch's links form
     no cycle; an item breaking that is refused before anything is sent."""
     parents: dict[str, str] = {}
+    roots = _Roots()
     for w in writes:
         if w.parent is None:
             continue
@@ -104,22 +111,33 @@ def refuse_in_batch(writes: list[Write]) -> None:
             w.refuse(ParentConflict(
                 f"node {child} is given parents {parents[child]} and {parent} in one batch",
                 key=w.object_key, prefix_hash=child))
-        elif child not in parents and _reaches(parents, parent, child):
+        elif child not in parents and roots.find(parent) == child:
             w.refuse(CycleDetected(f"the links of this batch form a cycle through {child}",
                                    key=w.object_key, prefix_hash=child))
-        else:
+        elif child not in parents:
             parents[child] = parent
+            roots.join(child, parent)
 
 
-def _reaches(parents: dict[str, str], start: str, target: str) -> bool:
-    cursor: str | None = start
-    for _ in range(len(parents) + 1):
-        if cursor is None:
-            return False
-        if cursor == target:
-            return True
-        cursor = parents.get(cursor)
-    return False
+class _Roots:
+    """The roots of the batch's forest of links (union-find with path halving): a new
+    link child -> parent closes a cycle iff the parent's root is the child, since the
+    child has no parent yet and so is a root."""
+
+    def __init__(self) -> None:
+        self._up: dict[str, str] = {}
+
+    def find(self, node: str) -> str:
+        up = self._up
+        while node in up:
+            parent = up[node]
+            if parent in up:
+                up[node] = up[parent]
+            node = parent
+        return node
+
+    def join(self, child: str, parent: str) -> None:
+        self._up[child] = self.find(parent)
 
 
 def _send(ctx: Context, todo: list[Write]) -> _Sent:
@@ -129,8 +147,7 @@ def _send(ctx: Context, todo: list[Write]) -> _Sent:
     sent = _Sent(ctx.epoch(at_least=max(w.min_epoch for w in todo)))
     links = ctx.calls("link", batch_id)
     for child, parent in sorted({w.link for w in todo if w.link is not None}):
-        call = links.add(ctx.shard(parent), (child, parent))
-        call.item(call.node(parent), parent, child, sent.epoch)
+        add_link(links, ctx, parent, child, sent.epoch, tag=(child, parent))
     puts = ctx.calls("put_start", batch_id, settings.put_start_discard_timeout_ms,
                      default_shard_limit(settings.capacity_bytes))
     registers = ctx.calls("register", batch_id)

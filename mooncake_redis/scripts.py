@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from typing import Any, Generic, TypeVar
 
-from .executor import Batch, LuaScript
+from .executor import Batch, CrossSlotCall, LuaScript
 from .keys import KeySchema
+from .prefix import shard_of
 
 T = TypeVar("T")
 
@@ -61,6 +62,7 @@ class ShardCall:
                  header: Sequence[Any], *script_args: Any):
         self.script = script
         self.schema = schema
+        self.shard = shard
         self.keys = schema.shard_keys(shard).as_list()
         self.args: list[Any] = [*header, *script_args]
         self.items = 0
@@ -70,6 +72,9 @@ class ShardCall:
         """KEYS index (1-based, as Lua counts) of the prefix's node key."""
         index = self._node_index.get(prefix_hash)
         if index is None:
+            if shard_of(prefix_hash) != self.shard:
+                raise CrossSlotCall(f"script {self.script.name} for shard {self.shard} got "
+                                    f"node {prefix_hash} of shard {shard_of(prefix_hash)}")
             self.keys.append(self.schema.node(prefix_hash))
             index = self._node_index[prefix_hash] = len(self.keys)
         return index
@@ -79,8 +84,8 @@ class ShardCall:
         self.items += 1
 
     def queue(self, batch: Batch, read_only: bool = False) -> int:
-        return batch.call(self.script, self.keys, self.args,
-                          retry_safe=self.script.name in RETRY_SAFE, read_only=read_only)
+        return batch.call(self.script, self.keys, self.args, retry_safe=self.script.name in
+                          RETRY_SAFE, read_only=read_only, one_tag=True)
 
 
 class ShardCalls(Generic[T]):

@@ -26,7 +26,7 @@ def get_node(ctx: Context, prefix_hash: str) -> NodeInfo | None:
     node = split_node(fields)
     score = score if score is not None else soft_score
     parent_epoch = node.attributes.get("pe")
-    return NodeInfo(prefix_hash=prefix_hash, parent=node.attributes.get("p"),
+    return NodeInfo(prefix_hash=prefix_hash, parent=node.parent,
                     parent_epoch=None if parent_epoch is None else int(parent_epoch),
                     children=sorted(node.children),
                     keys=sorted(prefix_hash + suffix for suffix in node.objects),

@@ -28,9 +28,12 @@ COUNTERS = ("nc", "no", "np", "ps", "psn", "nh", "ns", "b", "lm")
 start and how many processing objects share it, hard pins, soft pins, bytes, and the
 latest lease end of complete objects."""
 
-NODE_FIELDS = ("p", "pe", *COUNTERS, "lb")
-"""Every non-child, non-object field; lb marks a shell whose children all came from one
-batch (see lua/_lib.lua)."""
+NODE_FIELDS = ("p", "pe", *COUNTERS)
+"""Every non-child, non-object field."""
+
+SHELL_MARKER = "?"
+"""A shell made by a link whose children all came from one batch holds `?<batch id>` in
+`p` instead of a parent (lua/_lib.lua): it has no parent yet."""
 
 SOFT_PIN, HARD_PIN = 1, 2
 STATE_NAMES = {"p": "processing", "c": "complete"}
@@ -41,6 +44,12 @@ _VALUE = re.compile(r"1([pc]),(\d+),(\d+),(\d),(.*)", re.S)
 
 def child_field(child_hash: str) -> str:
     return child_hash if _HEX64.fullmatch(child_hash) else CHILD_PREFIX + child_hash
+
+
+def child_field_argument(child_hash: str) -> str:
+    """How scripts are told a child's field: '' when it is the bare hash (the usual case,
+    sparing Lua a pattern scan), else the c:<hash> name."""
+    return "" if _HEX64.fullmatch(child_hash) else CHILD_PREFIX + child_hash
 
 
 def child_of_field(field: str) -> str | None:
@@ -80,6 +89,11 @@ def decode_object(value: str) -> StoredObject | None:
     return StoredObject(STATE_NAMES[state], int(size), int(time_ms), int(pins), token)
 
 
+def parent_of(p: str | None) -> str | None:
+    """The parent named by a node's `p` field (None for none, or a shell's batch marker)."""
+    return None if p is None or p.startswith(SHELL_MARKER) else p
+
+
 def is_complete_value(value: str | None) -> bool:
     return value is not None and value.startswith("1c,")
 
@@ -96,6 +110,10 @@ class NodeFields:
 
     def counter(self, name: str) -> int:
         return int(float(self.attributes.get(name, 0)))
+
+    @property
+    def parent(self) -> str | None:
+        return parent_of(self.attributes.get("p"))
 
 
 def split_node(fields: Mapping[str, str]) -> NodeFields:
