@@ -38,7 +38,9 @@ def connect(url: str, decode_responses: bool = True) -> redis.Redis:
     try:
         return redis.Redis.from_url(url, decode_responses=decode_responses)
     except ValueError as error:
-        raise ConfigurationError(f"invalid Redis URL {redact(url)!r}: {error}") from None
+        # redis-py's message may quote a piece of a password it took for a host or port
+        detail = PASSWORD_HINT if password_of(url) else str(error)
+        raise ConfigurationError(f"invalid Redis URL {redact(url)!r}: {detail}") from None
 
 
 def _cluster_client(url: str, decode_responses: bool) -> redis.Redis:
@@ -75,14 +77,41 @@ def is_in_process(client: Any) -> bool:
     return type(client).__module__.startswith("fakeredis")
 
 
-def redact(url: object) -> str:
-    """The URL with any password replaced, safe for error messages and logs."""
+PASSWORD_HINT = ("it does not parse; percent-encode any of : / ? # @ % and spaces in the "
+                 "password (urllib.parse.quote(password, safe=''))")
+
+
+def password_of(url: object) -> str | None:
+    """The password in a URL's userinfo, as written (None if it has none). The userinfo
+    runs from the scheme to the LAST '@': a password may hold any character, even an
+    unencoded '#', '?', '/' or '@' that a URL parser would take for a delimiter, and must
+    be found all the same to be kept out of messages."""
     text = str(url)
+    userinfo, at, _ = text.partition("://")[2].rpartition("@") if "://" in text \
+        else text.rpartition("@")
+    if not at:
+        return None
+    if ":" not in userinfo:
+        return None if "://" in text else userinfo  # no scheme: take it all for a secret
+    return userinfo.split(":", 1)[1]
+
+
+def redact(url: object) -> str:
+    """The URL with any password (in its userinfo, or a password= query parameter)
+    replaced by ***, safe for error messages and logs."""
+    text = str(url)
+    if password_of(text) is not None:
+        head, separator, rest = text.partition("://")
+        userinfo, _, hosts = (rest if separator else head).rpartition("@")
+        user = userinfo.split(":", 1)[0] if ":" in userinfo else ""
+        text = f"{head}{separator}{user}:***@{hosts}" if separator else f"***@{hosts}"
     try:
         parts = urlsplit(text)
     except ValueError:
         return "<unparseable URL>"
-    if parts.password is None:
+    if "password=" not in parts.query.lower():
         return text
-    hosts = parts.netloc.rpartition("@")[2]  # a cluster URL lists several host:port
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{hosts}"))
+    query = "&".join(f"{name}=***" if name.lower() == "password" else f"{name}{equals}{value}"
+                     for name, equals, value in (item.partition("=")
+                                                 for item in parts.query.split("&")))
+    return urlunsplit(parts._replace(query=query))

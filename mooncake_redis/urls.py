@@ -7,7 +7,7 @@ import shlex
 from dataclasses import dataclass
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from .connection import redact
+from .connection import password_of, redact
 
 _SECRET_QUERY_NAMES = ("password",)
 
@@ -32,8 +32,9 @@ def secrets_of(url: str) -> list[str]:
     except ValueError:
         return []
     found = [parts.password] if parts.password else []
-    if "@" in parts.netloc:  # a cluster URL: urlsplit cannot parse host:port,host:port
-        found.append(unquote(parts.netloc.rpartition("@")[0].partition(":")[2]))
+    password = password_of(url)  # also one written unencoded, or in a cluster URL
+    if password:
+        found += [password, unquote(password)]
     for name, values in parse_qs(parts.query).items():
         if name.lower() in _SECRET_QUERY_NAMES:
             found += values

@@ -1,39 +1,80 @@
-"""Golden test: the key schema is a contract redis-cli users read; it changes only on purpose."""
+"""Golden test: the key schema (v2) is a contract redis-cli users read; it changes only on
+purpose. Pinned twice: the names KeySchema builds, and the keys and fields a real write
+leaves in Redis."""
 
 from __future__ import annotations
 
 import pytest
+from helpers import page
 
-from mooncake_redis import ConfigurationError
-from mooncake_redis.keys import KeySchema
+from mooncake_redis import ConfigurationError, Index
+from mooncake_redis.keys import SHARD_KEY_NAMES, KeySchema
+from mooncake_redis.values import child_field, child_of_field, decode_object, object_field
 
 H = "13" + "ab" * 31
 
 
 def test_key_schema_is_pinned() -> None:
     schema = KeySchema("mc")
-    node = schema.node_keys(H)
     shard = schema.shard_keys("13")
-    assert schema.object_key(f"{H}_0_k", H) == f"mc:{{13}}:obj:{H}_0_k"
-    assert node.node == f"mc:{{13}}:node:{H}"
-    assert node.children == f"mc:{{13}}:children:{H}"
-    assert node.keys == f"mc:{{13}}:keys:{H}"
-    assert shard.leaves == "mc:{13}:leaves"
-    assert shard.objects == "mc:{13}:objects"
-    assert shard.stats == "mc:{13}:stats"
-    assert shard.soft_leaves == "mc:{13}:soft_leaves"
-    assert shard.nodes == "mc:{13}:nodes"
-    assert schema.config == "mc:config"
-    assert schema.usage == "mc:usage"
+    assert schema.node(H) == f"mc:{{13}}:n:{H}"
+    assert schema.node("plain-object").startswith("mc:{") and \
+        schema.node("plain-object").endswith("}:n:plain-object")  # blake3 shard
+    assert shard.as_list() == [f"mc:{{13}}:{name}" for name in
+                               ("leaves", "soft_leaves", "stats", "pending", "fences",
+                                "outbox", "events")]
+    assert SHARD_KEY_NAMES == ("leaves", "soft_leaves", "stats", "pending", "fences",
+                               "outbox", "events")
+    assert schema.settings == "mc:settings"
+    assert schema.eviction_lock == "mc:eviction_lock"
+    assert schema.eviction_requested == "mc:eviction_requested"
     assert schema.pattern() == "mc:*"
+    assert schema.node_pattern() == "mc:{??}:n:*"
+    assert schema.node_prefix("13") == "mc:{13}:n:"
+    assert schema.hash_of_node_key(schema.node(H)) == H
 
 
-def test_an_object_lives_in_the_shard_of_its_prefix_not_its_own_key() -> None:
-    schema = KeySchema("ns")
-    assert schema.object_key("zz-any-key", H).startswith("ns:{13}:obj:")
+def test_node_fields_are_pinned() -> None:
+    """A 64-hex child is stored under its bare hash (the listpack's 64-byte limit), any
+    other name as c:<name>; an object as o:<suffix>."""
+    assert child_field(H) == H and child_of_field(H) == H
+    assert child_field("tag:" + H) == "c:tag:" + H and child_of_field("c:tag:" + H) == "tag:" + H
+    assert child_of_field("p") is None and child_of_field("o:_0_k") is None
+    assert object_field("_0_k") == "o:_0_k" and object_field("") == "o:"
+    stored = decode_object("1c,100,1700000000000,3,tok")
+    assert stored is not None and (stored.state, stored.size, stored.time_ms, stored.pins,
+                                   stored.token) == ("complete", 100, 1700000000000, 3, "tok")
+    assert decode_object("2x,newer-format") is None
 
 
-@pytest.mark.parametrize("namespace", ["", "a:b", "a{b}", "x" * 65, 5])
+def test_a_write_leaves_exactly_the_pinned_keys_and_fields(redis_url: str) -> None:
+    """One object under a parent in another shard: one hash per node (no object keys, no
+    per-shard object index), the shard's stats and leaf index, and the events stream."""
+    index = Index.from_url(redis_url, namespace="gold", capacity_bytes="1GiB")
+    parent, child = "0a" + page("p")[2:], "0b" + page("c")[2:]
+    index.put_start(f"{parent}_0_k", 10)
+    index.put_end(f"{parent}_0_k")
+    index.put_start(f"{child}_0_k", 20, parent_block_hash=parent)
+    index.put_end(f"{child}_0_k")
+    index.close()  # the confirmed link's pending entry goes with the next batch
+    keys = set(index.client.scan_iter(match="gold:*"))
+    assert keys == {"gold:settings", f"gold:{{0a}}:n:{parent}", f"gold:{{0b}}:n:{child}",
+                    "gold:{0a}:stats", "gold:{0b}:stats", "gold:{0b}:leaves",
+                    "gold:{0a}:events", "gold:{0b}:events"}
+    parent_fields = index.client.hgetall(f"gold:{{0a}}:n:{parent}")
+    assert set(parent_fields) == {"o:_0_k", child, "nc", "no", "b", "lm"}
+    child_fields = index.client.hgetall(f"gold:{{0b}}:n:{child}")
+    assert set(child_fields) == {"o:_0_k", "p", "pe", "no", "b", "lm"}
+    assert child_fields["p"] == parent and parent_fields[child] == child_fields["pe"]
+    assert child_fields["o:_0_k"].startswith("1c,20,")
+    assert child_fields["o:_0_k"].endswith(f",0,{index.ctx.token}")
+    assert index.client.hgetall("gold:{0b}:stats") == {"used_bytes": "20", "objects": "1",
+                                                       "nodes": "1", "fences": "0",
+                                                       "writes": "2"}
+    assert index.client.zrange("gold:{0b}:leaves", 0, -1) == [child]
+
+
+@pytest.mark.parametrize("namespace", ["", "a:b", "a{b}", "x" * 65, "sp ace", 5, None])
 def test_bad_namespaces_are_refused(namespace: object) -> None:
     with pytest.raises(ConfigurationError):
         KeySchema(namespace)  # type: ignore[arg-type]

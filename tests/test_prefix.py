@@ -1,4 +1,5 @@
-"""The RFC's prefix rule on every key format engines use, and the shard rule."""
+"""The RFC's prefix rule on every key format engines use, the tagged rule, extractors chosen
+by NAME (never imported from a stored string), and the shard rule."""
 
 from __future__ import annotations
 
@@ -6,8 +7,15 @@ import blake3
 import pytest
 from helpers import page
 
-from mooncake_redis import ConfigurationError, Index
-from mooncake_redis.prefix import load_extractor, rfc_prefix, shard_of
+from mooncake_redis import ConfigurationError, Index, InvalidArgument, register_extractor
+from mooncake_redis.prefix import (
+    SHIPPED_EXTRACTORS,
+    extractor_named,
+    rfc_prefix,
+    shard_of,
+    split_key,
+    tagged_prefix,
+)
 
 H = page("p")
 
@@ -25,6 +33,7 @@ H = page("p")
 )
 def test_engine_key_formats_map_to_their_page_hash(key: str) -> None:
     assert rfc_prefix(key) == H
+    assert split_key(rfc_prefix, key) == (H, key[64:])
 
 
 @pytest.mark.parametrize(
@@ -38,6 +47,22 @@ def test_engine_key_formats_map_to_their_page_hash(key: str) -> None:
 )
 def test_other_keys_are_their_own_prefix(key: str) -> None:
     assert rfc_prefix(key) == key
+    assert split_key(rfc_prefix, key) == (key, "")
+
+
+@pytest.mark.parametrize(
+    "key, prefix",
+    [
+        (f"llama3:{H}_0_k", f"llama3:{H}"),
+        (f"tenant-7/{H}", f"tenant-7/{H}"),
+        (f"{H}_0_k", H),  # no tag: the RFC rule
+        (f"llama3:{H}x", f"llama3:{H}x"),  # not a tag and a hash: its own prefix
+        ("t" * 65 + f":{H}_0_k", "t" * 65 + f":{H}_0_k"),  # tag longer than 64
+    ],
+)
+def test_the_tagged_rule_keeps_equal_hashes_of_different_models_apart(key: str,
+                                                                       prefix: str) -> None:
+    assert tagged_prefix(key) == prefix
 
 
 def test_shard_of_a_digest_is_its_first_two_hex_digits() -> None:
@@ -47,22 +72,68 @@ def test_shard_of_a_digest_is_its_first_two_hex_digits() -> None:
 def test_shard_of_anything_else_hashes_it_with_blake3() -> None:
     assert shard_of("plain-object") == blake3.blake3(b"plain-object").hexdigest()[:2]
     assert shard_of("AB" + "0" * 62) == blake3.blake3(("AB" + "0" * 62).encode()).hexdigest()[:2]
+    assert shard_of(f"llama3:{H}") == blake3.blake3(f"llama3:{H}".encode()).hexdigest()[:2]
 
 
 def strip_model_tag(key: str) -> str:
-    return rfc_prefix(key.split("@", 1)[1])
+    """A custom rule: `<model>@<key>`, the prefix being the model tag with the RFC hash."""
+    model, _, rest = key.partition("@")
+    return f"{model}@{rfc_prefix(rest)}"
 
 
-def test_a_custom_extractor_is_loaded_by_import_path(make_index) -> None:
-    index: Index = make_index(prefix_extractor="test_prefix:strip_model_tag")
+register_extractor("test-model-at", strip_model_tag)
+
+
+def test_a_registered_extractor_is_chosen_by_name(make_index) -> None:
+    index: Index = make_index(prefix_extractor="test-model-at")
     key = f"llama3@{H}_0_k"
-    assert index.prefix_of(key) == H
+    assert index.ctx.split(key) == (f"llama3@{H}", "_0_k")
     index.put_start(key, 10)
-    assert index.get_keys_by_prefix(H) == [key]
+    parent = f"llama3@{page('parent')}"
+    index.put_start(f"{parent}_0_k", 1)
+    index.put_start(f"llama3@{page('child')}_0_k", 1, parent_block_hash=parent)
+    assert index.get_keys_by_prefix(f"llama3@{H}") == [key]
+    assert index.client.hget(index.ctx.schema.settings, "prefix_extractor") == "test-model-at"
+    with pytest.raises(InvalidArgument, match="not a prefix hash"):
+        index.put_start(f"llama3@{page('x')}_0_k", 1, parent_block_hash=H)  # not its rule
+
+
+def test_the_tagged_extractor_is_shipped(make_index) -> None:
+    index: Index = make_index(prefix_extractor="tagged")
+    key = f"llama3:{H}_0_k"
+    index.put_start(key, 1)
+    index.put_start(f"qwen:{H}_0_k", 2)  # same page hash, another model: another node
+    assert index.get_keys_by_prefix(f"llama3:{H}") == [key]
+    assert index.get_node(f"qwen:{H}") is not None
 
 
 @pytest.mark.parametrize(
-    "spec", ["nope", "no_such_module_xyz:f", "test_prefix:missing", "test_prefix:H"])
-def test_a_bad_extractor_is_a_configuration_error(spec: str) -> None:
+    "name",
+    ["nope", "os:system", "test_prefix:strip_model_tag", "mooncake_redis.prefix:rfc_prefix",
+     "RFC", " rfc", ""])
+def test_an_unknown_extractor_name_is_a_configuration_error(name: str, make_index) -> None:
+    with pytest.raises(ConfigurationError, match="not known in this process"):
+        extractor_named(name)
     with pytest.raises(ConfigurationError):
-        load_extractor(spec)
+        make_index(namespace="bad-extractor", prefix_extractor=name)
+
+
+@pytest.mark.parametrize("name, extractor", [
+    ("rfc", strip_model_tag),  # a shipped name cannot be replaced
+    ("Bad Name", strip_model_tag),
+    ("x" * 65, strip_model_tag),
+    ("os:system", strip_model_tag),
+    ("not-callable", "module:function"),
+])
+def test_register_extractor_refuses_bad_registrations(name: str, extractor: object) -> None:
+    with pytest.raises(ConfigurationError):
+        register_extractor(name, extractor)  # type: ignore[arg-type]
+    assert extractor_named("rfc").prefix is rfc_prefix
+    assert SHIPPED_EXTRACTORS == ("rfc", "tagged")
+
+
+def test_an_extractor_must_return_a_prefix_of_the_key(make_index) -> None:
+    register_extractor("test-not-a-prefix", lambda key: "elsewhere")
+    index: Index = make_index(prefix_extractor="test-not-a-prefix")
+    with pytest.raises(InvalidArgument, match="not a non-empty prefix"):
+        index.put_start("some-key", 1)

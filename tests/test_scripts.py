@@ -1,82 +1,145 @@
-"""Script rules: one shard tag per call (checked with Redis Cluster's own slot function),
-documented headers, and Batch's guard against cross-slot calls."""
+"""Script rules, checked on what real Redis runs (MONITOR): every script call's keys sit in
+one Cluster slot (Redis Cluster's own slot function), every key a script touches was
+passed in its KEYS, and every script is exercised; every Lua file documents its
+interface; the executor refuses a cross-slot call before sending it."""
 
 from __future__ import annotations
 
 import re
+import threading
+from dataclasses import dataclass, field
+from importlib import resources
 
 import pytest
+import redis
 from helpers import page
 from redis.crc import key_slot
 
-from mooncake_redis import Index
-from mooncake_redis.batch import Batch, CrossSlotCall
+from mooncake_redis import Index, ObjectAlreadyExists
+from mooncake_redis.executor import CrossSlotCall
 from mooncake_redis.fsck import check
-from mooncake_redis.scripts import SCRIPT_NAMES, read_lua
+from mooncake_redis.scripts import LIBRARY, SCRIPT_NAMES, read_lua
+
+STOP = "mooncake-test-stop-monitor"
+KEYLESS = {"TIME"}
 
 
-def record_script_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
-    calls: list[tuple[str, list[str]]] = []
-    original = Batch.call
+@dataclass
+class ScriptCall:
+    name: str
+    keys: list[str]
+    touched: list[tuple[str, str]] = field(default_factory=list)
+    """(command, key) of every command the script ran"""
 
-    def recording_call(self, script, keys, args, **options):  # type: ignore[no-untyped-def]
-        calls.append((script.name, list(keys)))
-        return original(self, script, keys, args, **options)
 
-    monkeypatch.setattr(Batch, "call", recording_call)
-    return calls
+class Monitor(threading.Thread):
+    """Every script call the server runs, with the commands it ran inside (MONITOR lists
+    a script's own commands right after it)."""
+
+    def __init__(self, url: str, script_names: dict[str, str]):
+        super().__init__(daemon=True)
+        self.client = redis.Redis.from_url(url, decode_responses=True)
+        self.names = script_names
+        self.calls: list[ScriptCall] = []
+        self.ready = threading.Event()
+
+    def run(self) -> None:
+        with self.client.monitor() as monitor:
+            self.ready.set()
+            for command in monitor.listen():
+                words = command["command"].split(" ")
+                if words == ["ECHO", STOP]:
+                    return
+                if command["client_type"] == "lua" and self.calls:
+                    self.calls[-1].touched.append((words[0].upper(), words[1] if
+                                                   len(words) > 1 else ""))
+                elif words[0].upper() == "EVALSHA":
+                    count = int(words[2])
+                    self.calls.append(ScriptCall(self.names[words[1]], words[3:3 + count]))
+
+    def __enter__(self) -> Monitor:
+        self.start()
+        self.ready.wait()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.echo(STOP)
+        self.join()
 
 
 def exercise_every_script(index: Index) -> None:
+    other = Index(index.client, index.namespace)  # a second writer (its own token)
     a, b, c = page("a"), page("b"), page("c")
-    index.put_start(f"{a}_0_k", 10)
-    index.put_end(f"{a}_0_k")
-    index.put_start(f"{b}_0_k", 10, parent_block_hash=a)
-    index.put_start(f"{c}_0_k", 10, parent_block_hash=b)
-    index.batch_put_start([(f"{b}_1_k", 1, a), (f"{c}_1_k", 1, b), ("plain", 1, None)])
-    index.register_radix_tree_node(c, b, [f"{c}_0_k"])
-    index.put_end(f"{b}_0_k")
-    index.get(f"{b}_0_k")
-    index.put_revoke(f"{c}_0_k")
+    index.put_start(f"{a}_0_k", 10)  # put_start
+    index.put_end(f"{a}_0_k")  # put_end
+    index.put_start(f"{b}_0_k", 10, parent_block_hash=a)  # link, put_start
+    index.batch_put_start([(f"{c}_0_k", 1, b), ("plain", 1, None)])
+    index.register_radix_tree_node(c, b, [f"{c}_0_k"])  # register
+    index.get(f"{a}_0_k")  # grant_lease
+    with pytest.raises(ObjectAlreadyExists):  # its link is settled at once: resolve, unlink
+        other.put_start(f"{c}_0_k", 1, parent_block_hash=a)
+    index.put_revoke(f"{c}_0_k")  # delete; c is left empty: unlink from b
     index.remove(f"{b}_0_k", force=True)
-    index.batch_remove([f"{a}_0_k", "plain"], force=True)
-    index.set_config(lease_ttl_ms=0)
-    index.put_end(f"{c}_1_k")
-    index.put_end(f"{b}_1_k")
-    index.evict(target_ratio=0)  # evict_leaves, lock_token
-    index.set_config(enable_radix_tree=False)
-    index.put_start("outside-the-tree", 1)
-    index.put_end("outside-the-tree")
-    index.evict(target_ratio=0)  # delete_objects in evict mode
-    index.set_config(enable_radix_tree=True)
-    index.put_start(f"{a}_2_k", 5)
-    index.client.hset(index.schema.node_keys(a).node, "bytes", 1)
-    index.client.hset(index.schema.shard_keys(a[:2]).stats, "objects", 9)
-    index.client.incrby(index.schema.usage, 3)
-    assert check(index, repair=True).repaired  # recompute_node, recount_shard, set_usage
+    index.put_end("plain")
+    index.evict(target_ratio=0)  # lock_token, evict
+    index.client.hset(index.ctx.schema.node(a), "b", 999)
+    index.client.hset(index.ctx.schema.shard_keys(a[:2]).stats, "objects", 9)
+    assert check(index.ctx, repair=True).repaired  # repair_node, recount_shard
     index.remove_all(force=True)
+    index.close()
 
 
-def test_every_script_call_touches_one_cluster_slot(index: Index, monkeypatch) -> None:
-    calls = record_script_calls(monkeypatch)
-    exercise_every_script(index)
-    assert {name for name, _ in calls} == set(SCRIPT_NAMES)
-    for name, keys in calls:
-        slots = {key_slot(k.encode()) for k in keys}
-        assert len(slots) == 1, f"{name} touches slots {slots} with keys {keys}"
+def test_every_script_call_touches_one_slot_and_only_its_keys(redis_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="scripts")
+    names = {script.sha: script.name for script in index.ctx.scripts.all}
+    with Monitor(redis_url, names) as monitor:
+        exercise_every_script(index)
+    assert {call.name for call in monitor.calls} == set(SCRIPT_NAMES)
+    for call in monitor.calls:
+        slots = {key_slot(key.encode()) for key in call.keys}
+        assert len(slots) == 1, f"{call.name} touches slots {slots} with keys {call.keys}"
+        assert all(key.startswith("scripts:") for key in call.keys), call
+        undeclared = [(command, key) for command, key in call.touched
+                      if command not in KEYLESS and key not in call.keys]
+        assert not undeclared, f"{call.name} touched keys not in its KEYS: {undeclared}"
 
 
 def test_a_call_with_keys_of_two_tags_is_refused_before_sending(index: Index) -> None:
-    batch = index.batch()
+    batch = index.ctx.batch()
     with pytest.raises(CrossSlotCall):
-        batch.call(index.scripts.all[0], ["t:{00}:x", "t:{01}:y"], [])
+        batch.call(index.ctx.scripts["link"], ["t:{00}:x", "t:{01}:y"], [])
     assert len(batch) == 0
+    assert batch.execute() == []
+
+
+def lua_files() -> list[str]:
+    return sorted(entry.name[:-4] for entry in resources.files("mooncake_redis.lua").iterdir()
+                  if entry.name.endswith(".lua"))
+
+
+def test_every_lua_file_is_a_known_script_or_the_library() -> None:
+    assert lua_files() == sorted([*SCRIPT_NAMES, LIBRARY])
 
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
 def test_every_script_documents_its_interface(name: str) -> None:
-    header = read_lua(name).split("\n\n")[0]
+    lines = read_lua(name).splitlines()
+    header = "\n".join(line for line in lines[:next(i for i, line in enumerate(lines)
+                                                    if not line.startswith("--"))])
     for part in ("KEYS:", "ARGV:", "Returns:"):
         assert part in header, f"{name}.lua header lacks {part}"
-    body = read_lua(name)
-    assert not re.search(r"redis\.call\([^)]*\.\.", body), f"{name} builds a key name"
+
+
+def test_the_library_documents_the_common_keys_and_arguments() -> None:
+    header = read_lua(LIBRARY).split("\n\n")[0]
+    assert "KEYS[1..7]" in header and "ARGV[1]" in header and "ARGV[3]" in header
+
+
+@pytest.mark.parametrize("name", [*SCRIPT_NAMES, LIBRARY])
+def test_no_script_builds_a_key_name(name: str) -> None:
+    """A key is always a variable bound to KEYS, never a literal or a concatenation."""
+    for command, first in re.findall(r"redis\.call\('(\w+)'(?:,\s*([^,)]*))?", read_lua(name)):
+        if command in KEYLESS:
+            continue
+        assert first and ".." not in first and not first.startswith(("'", '"')), \
+            f"{name}: redis.call('{command}', {first} ...) builds its key"

@@ -1,21 +1,49 @@
-"""RQ jobs, the monitor and workers, on the real redis-server (queue in db 1)."""
+"""RQ jobs, the monitor and workers (v2): a job carries the namespace and target only, and
+each process that runs one reads its Redis URL from its own environment; follow-up jobs
+drain what one job's rounds cannot; the monitor enqueues above the watermark and rides
+out a Redis restart; memory:// runs the queue in process with rq.SimpleWorker."""
 
 from __future__ import annotations
 
+import itertools
+import logging
 import os
 import subprocess
 import sys
 import time
+import zlib
+from collections.abc import Iterator
 
 import pytest
+import redis
 import rq
 from helpers import assert_consistent, page
-from mooncake_redis.workers.jobs import eviction_queue, request_eviction
+from mooncake_redis.workers.jobs import (
+    ENV_QUEUE_URL,
+    QUEUE_NAME,
+    eviction_job,
+    eviction_queue,
+    request_eviction,
+)
 from mooncake_redis.workers.monitor import watch
 from mooncake_redis.workers.worker import run_worker
+from redis_server import RedisServer
 
 from mooncake_redis import Index, NoSpace
-from mooncake_redis.eviction import LOCK_HELD, TARGET_REACHED
+from mooncake_redis.eviction import LOCK_HELD, ROUND_LIMIT
+from mooncake_redis.settings import ENV_URL
+
+LOCK_EXPIRY_DEADLINE_S = 30
+"""Bound on waiting for an expiring lock (a liveness bound, not a timing assertion)."""
+
+_memory_names = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def no_index_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("MOONCAKE_REDIS_"):
+            monkeypatch.delenv(name)
 
 
 @pytest.fixture
@@ -23,46 +51,139 @@ def queue_url(redis_url: str) -> str:
     return redis_url.rsplit("/", 1)[0] + "/1"
 
 
-def fill(index: Index, pages: int, size: int = 10) -> list[str]:
-    chain = [page(f"p{i}") for i in range(pages)]
-    index.batch_put_start([(f"{h}_0_k", size, chain[i - 1] if i else None)
-                           for i, h in enumerate(chain)])
-    index.batch_put_end([f"{h}_0_k" for h in chain])
-    return chain
+@pytest.fixture
+def worker_environment(redis_url: str, queue_url: str,
+                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a worker's process is started with: the index and queue URLs."""
+    monkeypatch.setenv(ENV_URL, redis_url)
+    monkeypatch.setenv(ENV_QUEUE_URL, queue_url)
 
 
-def test_a_chain_of_3000_pages_drains_over_follow_up_jobs(redis_url: str, queue_url: str) -> None:
-    index = Index.from_url(redis_url, namespace="chain", queue_url=queue_url)
-    assert index.config.max_rounds_per_job == 16
-    fill(index, 3000)
-    assert request_eviction(index, target_ratio=0)
-    run_worker(queue_url, burst=True)
+def chain(index: Index, pages: int, size: int = 10, name: str = "p") -> list[str]:
+    """A chain of complete pages, each the parent of the next."""
+    hashes = [page(f"{name}{i}") for i in range(pages)]
+    index.batch_put_start([(f"{h}_0_k", size, hashes[i - 1] if i else None)
+                           for i, h in enumerate(hashes)])
+    index.batch_put_end([f"{h}_0_k" for h in hashes])
+    return hashes
+
+
+def roots(index: Index, pages: int, size: int = 10) -> None:
+    """Pages without parents: each a leaf of its own."""
+    keys = [f"{page(f'root{i}')}_0_k" for i in range(pages)]
+    index.batch_put_start([(key, size) for key in keys])
+    index.batch_put_end(keys)
+
+
+def queue(queue_url: str) -> rq.Queue:
+    return eviction_queue(queue_url)
+
+
+def test_a_job_carries_only_the_namespace_and_target(redis_url: str, queue_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="jobs", queue_url=queue_url)
+    assert request_eviction(index.ctx, target_ratio=0.5)
+    assert not request_eviction(index.ctx)  # one queued per namespace is enough
+    (job,) = queue(queue_url).get_jobs()
+    assert job.func_name == "mooncake_redis.workers.jobs.eviction_job"
+    assert job.args == ("jobs", 0.5) and job.kwargs == {}
+    stored = redis.Redis.from_url(queue_url).hgetall(f"rq:job:{job.id}")
+    data = zlib.decompress(stored[b"data"])  # type: ignore[arg-type]  # bytes: no decoding
+    assert b"redis://" not in data and str(index.client.connection_pool
+                                           .connection_kwargs["port"]).encode() not in data
+    assert not any(b"redis://" in value for value in stored.values())
+
+
+def test_a_worker_process_reads_the_index_url_from_its_own_environment(
+        redis_url: str, queue_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="env-worker", queue_url=queue_url)
+    chain(index, 5)
+    elsewhere = redis_url.rsplit("/", 1)[0] + "/2"
+
+    def worker(index_url: str) -> None:
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("MOONCAKE_")}
+        code = f"from mooncake_redis.workers.worker import run_worker; " \
+               f"run_worker({queue_url!r}, burst=True)"
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
+                       capture_output=True, env={**environment, ENV_URL: index_url})
+
+    assert request_eviction(index.ctx, target_ratio=0)
+    worker(elsewhere)  # its environment points at another database: ours is untouched
+    assert index.usage().objects == 5
+    assert index.client.exists(index.ctx.schema.eviction_requested)  # cleared over there
+    assert request_eviction(index.ctx, target_ratio=0, follow_up=True)
+    worker(redis_url)
+    assert index.usage().objects == 0
+
+
+@pytest.mark.usefixtures("worker_environment")
+def test_a_chain_drains_over_follow_up_jobs(redis_url: str, queue_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="drain", max_rounds_per_job=4)
+    chain(index, 32)  # one leaf per round on a chain: 4 pages per job
+    assert request_eviction(index.ctx, target_ratio=0)
+    run_worker(queue_url, burst=True, logging_level="WARNING")
     assert index.usage().objects == 0 and index.usage().nodes == 0
-    finished = rq.Queue(connection=eviction_queue(queue_url).connection,
-                        name=eviction_queue(queue_url).name).finished_job_registry
-    assert finished.count >= 3000 // 16  # one leaf per round on a chain: many follow-ups
+    assert queue(queue_url).finished_job_registry.count == 32 // 4
     assert_consistent(index)
 
 
+@pytest.mark.usefixtures("worker_environment")
 def test_the_monitor_enqueues_once_above_the_watermark(redis_url: str, queue_url: str) -> None:
-    index = Index.from_url(redis_url, namespace="mon", queue_url=queue_url, capacity_bytes=1000)
-    fill(index, 95)  # 950 bytes: above 90%
-    assert watch(index, interval_s=0, iterations=1, say=lambda _: None) == 1
-    assert watch(index, interval_s=0, iterations=1, say=lambda _: None) == 0  # one queued is enough
-    assert len(eviction_queue(queue_url)) == 1
-    run_worker(queue_url, burst=True)
-    assert index.usage().used_bytes <= 850
-    assert watch(index, interval_s=0, iterations=1, say=lambda _: None) == 0
+    index = Index.from_url(redis_url, namespace="mon", queue_url=queue_url)
+    roots(index, 95)
+    index.set_config(capacity_bytes=1000)  # 950 bytes used: above 90%
+    assert watch(index.ctx, interval_s=0, iterations=1) == 1
+    assert watch(index.ctx, interval_s=0, iterations=1) == 0  # one queued is enough
+    assert len(queue(queue_url)) == 1
+    run_worker(queue_url, burst=True, logging_level="WARNING")
+    assert index.usage().used_bytes <= 850  # high_watermark - eviction_ratio
+    assert watch(index.ctx, interval_s=0, iterations=1) == 0
+    assert len(queue(queue_url)) == 0
 
 
+@pytest.fixture
+def restartable_redis() -> Iterator[RedisServer]:
+    """A Redis of its own that keeps its data across a kill -9 (AOF, fsync always)."""
+    server = RedisServer("--appendonly", "yes", "--appendfsync", "always")
+    yield server
+    server.stop()
+
+
+def test_the_monitor_rides_out_a_redis_restart(restartable_redis: RedisServer,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    server = restartable_redis
+    queue_url = server.url.rsplit("/", 1)[0] + "/1"
+    index = Index.from_url(server.url, namespace="restart", queue_url=queue_url,
+                           cluster_retries=1, cluster_retry_backoff_ms=10)
+    roots(index, 95)
+    index.set_config(capacity_bytes=1000)
+    server.kill()
+    with caplog.at_level(logging.WARNING, logger="mooncake_redis"):
+        assert watch(index.ctx, interval_s=0, iterations=2) == 0
+    assert sum("Redis unavailable" in r.getMessage() for r in caplog.records) == 2
+    restarted = RedisServer("--appendonly", "yes", "--appendfsync", "always",
+                            port=server.port, directory=server.directory)
+    try:
+        assert watch(index.ctx, interval_s=0, iterations=1) == 1  # the same client, again
+        assert len(queue(queue_url)) == 1
+    finally:
+        restarted.stop()
+
+
+@pytest.mark.usefixtures("worker_environment")
 def test_put_start_refused_for_space_enqueues_a_job(redis_url: str, queue_url: str) -> None:
-    index = Index.from_url(redis_url, namespace="full", queue_url=queue_url, capacity_bytes=100)
-    fill(index, 10)
+    index = Index.from_url(redis_url, namespace="full", queue_url=queue_url)
+    roots(index, 2000)
+    # Admission is per shard: after this every shard's limit is its usage. The eviction
+    # job frees 15% of capacity, which its keeper spreads over the 256 shards: 11 bytes
+    # each, room for one more page of 10 in any shard.
+    index.set_config(capacity_bytes=20_000)
+    one_more = f"{page('one-more')}_0_k"
     with pytest.raises(NoSpace):
-        index.put_start("one-more", 10)
-    assert len(eviction_queue(queue_url)) == 1
-    run_worker(queue_url, burst=True)
-    index.put_start("one-more", 10)
+        index.put_start(one_more, 10)
+    assert len(queue(queue_url)) == 1
+    run_worker(queue_url, burst=True, logging_level="WARNING")
+    assert index.usage().used_bytes <= 17_000
+    index.put_start(one_more, 10)
     assert_consistent(index)
 
 
@@ -70,14 +191,14 @@ KILLED_WORKER = """
 import sys, time
 from mooncake_redis.eviction import Evictor
 from mooncake_redis.workers.jobs import eviction_job
-original = Evictor.round
-def slow_round(self, need):
-    freed = original(self, need)
+original = Evictor._round
+def slow_round(self, *args):
+    evicted = original(self, *args)
     print("round", flush=True)
     time.sleep(60)
-    return freed
-Evictor.round = slow_round
-eviction_job(sys.argv[1], "killed", 0)
+    return evicted
+Evictor._round = slow_round
+eviction_job("killed", 0)
 """
 
 
@@ -85,30 +206,52 @@ def test_a_killed_worker_leaves_the_lock_to_expire_and_the_next_job_finishes(
         redis_url: str) -> None:
     index = Index.from_url(redis_url, namespace="killed", eviction_lock_ttl_ms=1500,
                            leaves_per_round=1)
-    fill(index, 20)
-    worker = subprocess.Popen([sys.executable, "-c", KILLED_WORKER, redis_url],
-                              stdout=subprocess.PIPE, text=True, env=dict(os.environ))
-    assert worker.stdout is not None and worker.stdout.readline().strip() == "round"
-    worker.kill()
-    worker.wait()
+    chain(index, 20)
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("MOONCAKE_")}
+    worker = subprocess.Popen([sys.executable, "-c", KILLED_WORKER], stdout=subprocess.PIPE,
+                              text=True, env={**environment, ENV_URL: redis_url})
+    try:
+        assert worker.stdout is not None and worker.stdout.readline().strip() == "round"
+    finally:
+        worker.kill()  # kill -9 while it holds the lock
+        worker.wait()
     assert index.usage().objects == 19  # one round ran before the kill
-    assert 0 < index.client.pttl(index.schema.eviction_lock) <= 1500
+    assert 0 < index.client.pttl(index.ctx.schema.eviction_lock) <= 1500
     assert index.evict(target_ratio=0).stopped == LOCK_HELD
-    time.sleep(1.6)
+    deadline = time.monotonic() + LOCK_EXPIRY_DEADLINE_S
+    while index.client.exists(index.ctx.schema.eviction_lock):
+        assert time.monotonic() < deadline, "the lock never expired"
+        time.sleep(0.05)
     report = index.evict(target_ratio=0)
-    assert report.stopped != LOCK_HELD and report.leaves == 16  # one job's rounds
+    assert report.stopped == ROUND_LIMIT and report.leaves == 16  # one job's rounds
     while index.evict(target_ratio=0).objects:
         pass
     assert index.usage().objects == 0
     assert_consistent(index)
 
 
-def test_the_cli_evict_prints_a_report(redis_url: str, capsys) -> None:
-    from mooncake_redis.cli import main
+def test_the_in_process_queue_runs_jobs_and_follow_ups_with_a_simple_worker(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    number = next(_memory_names)
+    index_url, queue_url = f"memory://workers-{number}", f"memory://queue-{number}"
+    monkeypatch.setenv(ENV_URL, index_url)  # jobs run in this process and read it here
+    monkeypatch.setenv(ENV_QUEUE_URL, queue_url)
+    index = Index.from_url(index_url, namespace="inproc", max_rounds_per_job=8)
+    chain(index, 24)
+    assert request_eviction(index.ctx, target_ratio=0)
+    run_worker(queue_url, burst=True, logging_level="WARNING")
+    assert index.usage().objects == 0
+    assert queue(queue_url).finished_job_registry.count == 24 // 8
+    assert_consistent(index)
 
-    index = Index.from_url(redis_url, namespace="cli-evict", capacity_bytes=100)
-    fill(index, 10)
-    assert main(["--url", redis_url, "--namespace", "cli-evict", "evict", "--quiet"]) == 0
-    out = capsys.readouterr().out
-    assert f"stopped:          {TARGET_REACHED}" in out and "leaves evicted:   2" in out
-    assert index.usage().used_bytes == 80
+
+def test_a_job_run_directly_reports_what_it_did(redis_url: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_URL, redis_url)
+    index = Index.from_url(redis_url, namespace="direct")
+    chain(index, 3)
+    index.client.set(index.ctx.schema.eviction_requested, "1")
+    result = eviction_job("direct", 0)
+    assert result["leaves"] == 3 and result["objects"] == 3 and "summary" in result
+    assert not index.client.exists(index.ctx.schema.eviction_requested)
+    assert rq.Queue(QUEUE_NAME, connection=redis.Redis.from_url(redis_url)).count == 0

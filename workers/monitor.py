@@ -10,6 +10,7 @@ import redis
 
 from mooncake_redis.admission import rebalance
 from mooncake_redis.context import Context
+from mooncake_redis.errors import ClusterUnavailable
 
 from .jobs import request_eviction
 
@@ -23,7 +24,9 @@ def watch(ctx: Context, interval_s: float = 1.0, iterations: int | None = None) 
     while iterations is None or tick < iterations:
         try:
             enqueued += _check(ctx)
-        except (redis.ConnectionError, redis.TimeoutError) as error:
+        # redis-py raises ConnectionError; the executor (rebalance) reports a Redis it could
+        # not reach within cluster_retries as ClusterUnavailable, on a single Redis too.
+        except (redis.ConnectionError, redis.TimeoutError, ClusterUnavailable) as error:
             log.warning("Redis unavailable (%s); retrying in %.1f s", error, interval_s)
         tick += 1
         if iterations is None or tick < iterations:
