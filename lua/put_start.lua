@@ -21,11 +21,14 @@ local function put(n, suffix, size, pins, token, parent, epoch, checked)
   local old
   if current then
     local state, old_size, t, old_pins, old_token = unpack_object(current)
-    if old_token == token and state == 'p' then  -- ours, sent again after a lost reply
-      if parent ~= '' and n.p == parent then
-        return 'OK' .. apply_parent(n, parent, epoch, 'same', batch)
+    if old_token == token then
+      if state == 'p' and old_size == size and (parent == '' or n.p == parent) then
+        -- our own put_start, sent again after a lost reply: answer as the first time
+        if parent ~= '' then return 'OK' .. apply_parent(n, parent, epoch, 'same', batch) end
+        return 'OK'
       end
-      return 'OK'
+      return fail('ALREADY_EXISTS', 'object ' .. n.hash .. suffix .. ' already exists (' ..
+        (state == 'p' and 'processing' or 'complete') .. ', put_start by this writer)')
     end
     if state ~= 'p' or t + discard_ms > now() then
       return fail('ALREADY_EXISTS', 'object ' .. n.hash .. suffix .. ' already exists (' ..

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from .context import Context
 from .models import Usage
 from .prefix import SHARD_COUNT
+from .values import to_int
 
 
 def default_shard_limit(capacity_bytes: int) -> int:
@@ -41,8 +42,8 @@ def read_shards(ctx: Context) -> list[ShardUsage]:
     for shard in ctx.all_shards():
         batch.command("HMGET", ctx.schema.shard_keys(shard).stats, "used_bytes", "objects",
                       "nodes", "limit")
-    return [ShardUsage(shard, int(used or 0), int(objects or 0), int(nodes or 0),
-                       None if limit is None else int(limit))
+    return [ShardUsage(shard, to_int(used), to_int(objects), to_int(nodes),
+                       None if limit is None else to_int(limit))
             for shard, (used, objects, nodes, limit) in zip(ctx.all_shards(), batch.execute())]
 
 

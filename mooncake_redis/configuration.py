@@ -6,25 +6,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .admission import rebalance, usage
-from .context import Context
+from .admission import rebalance
+from .context import Context, refuse_stranding
 from .errors import ConfigurationError
-from .settings import Settings, coerce
+from .settings import OPTION_NAMES, Settings, coerce
 
 
 def change_settings(ctx: Context, changes: Mapping[str, Any]) -> Settings:
     """Validate and store; refuse changes that would strand stored data."""
-    values = {name: coerce(name, value) for name, value in changes.items()}
-    current = ctx.reload_settings()
-    stranding = [name for name in ("prefix_extractor", "enable_radix_tree")
-                 if name in values and values[name] != getattr(current, name)
-                 and not (name == "enable_radix_tree" and values[name])]
-    if stranding and usage(ctx).nodes:
+    options = [name for name in changes if name in OPTION_NAMES]
+    if options:
         raise ConfigurationError(
-            f"refusing to change {', '.join(stranding)} on namespace "
-            f"{ctx.schema.namespace!r}, which holds nodes: existing objects would be "
-            "unreachable or their links wrong. Empty it first (remove_all), or use a new "
-            "namespace")
+            f"{', '.join(options)}: a client option of this process, not a namespace setting; "
+            "pass it to Index(...) or Index.from_url(...) instead")
+    values = {name: coerce(name, value) for name, value in changes.items()}
+    refuse_stranding(ctx.client, ctx.schema, ctx.reload_settings(), values)
     settings = ctx.store_settings(values)
     if "capacity_bytes" in values:
         rebalance(ctx)

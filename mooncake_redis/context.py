@@ -31,6 +31,7 @@ from .settings import (
     split_arguments,
 )
 from .validation import check_text
+from .values import to_int
 
 log = logging.getLogger("mooncake_redis")
 
@@ -46,6 +47,31 @@ def shared_scripts(shebang: bool = True) -> Scripts:
     if shebang not in _SCRIPTS:
         _SCRIPTS[shebang] = Scripts(shebang)
     return _SCRIPTS[shebang]
+
+
+STRUCTURAL_SETTINGS = ("prefix_extractor", "enable_radix_tree")
+"""Settings that decide where objects live and how nodes link: changing the extractor, or
+turning the tree off, would leave stored nodes unreachable or their links wrong."""
+
+
+def refuse_stranding(client: Any, schema: KeySchema, current: Settings,
+                     changes: Mapping[str, Any]) -> None:
+    """Refuse a change of a structural setting on a namespace that holds nodes (turning
+    the tree on is always fine). The one rule for set_config and for filling settings in
+    at open: a client that opens with another extractor must not switch everybody."""
+    stranding = [name for name in STRUCTURAL_SETTINGS
+                 if name in changes and changes[name] != getattr(current, name)
+                 and not (name == "enable_radix_tree" and changes[name])]
+    if not stranding:
+        return
+    pipe = client.pipeline(transaction=False)
+    for shard in ALL_SHARDS:
+        pipe.hget(schema.shard_keys(shard).stats, "nodes")
+    if any(to_int(nodes) > 0 for nodes in pipe.execute()):
+        raise ConfigurationError(
+            f"refusing to change {', '.join(stranding)} on namespace {schema.namespace!r}, "
+            "which holds nodes: existing objects would be unreachable or their links wrong. "
+            "Empty it first (remove_all), or use a new namespace")
 
 
 def decoding(client: Any) -> Any:
@@ -133,6 +159,7 @@ class Context:
         missing = {name: value for name, value in given.items() if name not in stored}
         if missing and not read_only:
             settings_from(missing, base=current)  # refuse a bad combination before writing
+            refuse_stranding(client, schema, current, missing)
             pipe = client.pipeline(transaction=False)
             for name, value in missing.items():
                 pipe.hsetnx(schema.settings, name, encode(value))

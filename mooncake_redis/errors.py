@@ -112,8 +112,9 @@ class OutcomeUnknown(MooncakeRedisError):
 
 
 class ClusterUnavailable(MooncakeRedisError):
-    """Redis Cluster did not serve a call within cluster_retries (a failover taking longer,
-    or slots without a node); the calls after it were not sent."""
+    """Redis did not serve a call within cluster_retries: a single server that is down or
+    unreachable, or on a cluster a failover taking longer or slots without a node. Nothing
+    of the call ran, and the calls after it were not sent."""
 
     code = "CLUSTER_UNAVAILABLE"
 

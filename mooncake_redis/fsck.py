@@ -31,7 +31,7 @@ from .links import (
     triples,
 )
 from .matching import scan_node_keys
-from .values import NodeFields, child_field, decode_object, parent_of, split_node
+from .values import NodeFields, child_field, decode_object, parent_of, split_node, to_int
 
 SHARDS_PER_STEP = 16
 RECOUNT_TRIES = 3
@@ -151,7 +151,7 @@ class _Checker:
         stale_leaves = (set(shard.leaves) | set(shard.soft_leaves)) - set(shard.nodes)
         for gone in sorted(stale_leaves):
             report.add("leaf_index_stale", f"{gone} indexed as a leaf, no such node")
-        counted = tuple(int(shard.stats.get(name, 0))
+        counted = tuple(to_int(shard.stats.get(name))
                         for name in ("used_bytes", "objects", "nodes", "fences"))
         actual = (used, objects, len(shard.nodes), shard.fences)
         stats_wrong = counted != actual
@@ -237,11 +237,11 @@ class _Checker:
                     self.report.add("dangling_child", f"{parent} lists {child}, which "
                                     f"{'is absent' if named is None else 'names ' + named}")
                     settle.append((parent, child, str(epoch)))
-            elif int(child_epoch or 0) != epoch and not covered:
+            elif to_int(child_epoch) != epoch and not covered:
                 self.report.add("link_epoch", f"{parent} lists {child} at epoch {epoch}, the "
                                               f"child names it at {child_epoch}")
-                if int(child_epoch or 0) > epoch:  # the parent's end lags: raise it
-                    relink.append((child, parent, int(child_epoch)))
+                if to_int(child_epoch) > epoch:  # the parent's end lags: raise it
+                    relink.append((child, parent, to_int(child_epoch)))
                 else:  # the child's end lags: the resolver's keep raises it
                     settle.append((parent, child, str(epoch)))
         if self.repair:

@@ -18,7 +18,7 @@ from .context import Context
 from .errors import MooncakeRedisError
 from .executor import raise_first_error
 from .scripts import ShardCalls
-from .values import child_field_argument, parent_of
+from .values import child_field_argument, parent_of, to_int
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +274,7 @@ def trim_fences(ctx: Context, shards: Sequence[str]) -> int:
         batch.command("HGET", ctx.schema.shard_keys(shard).stats, "fences")
     trims = ctx.calls("trim_fences")
     for shard, fences in zip(shards, batch.execute()):
-        if int(fences or 0) > 0:
+        if to_int(fences) > 0:
             trims.add(shard, shard)
     if not trims:
         return 0
@@ -287,11 +287,21 @@ def trim_fences(ctx: Context, shards: Sequence[str]) -> int:
 
 def _old_entries(ctx: Context, index: str, cutoff: int, shards: Sequence[str]
                  ) -> list[Intent]:
+    """Entries of the shards' pending or outbox sets older than cutoff. A member that is
+    not "<hash>|<hash>|<epoch>" cannot stand for a link: it is dropped (logged)."""
     batch = ctx.batch()
-    for shard in shards:
-        key = getattr(ctx.schema.shard_keys(shard), index)
+    keys = [getattr(ctx.schema.shard_keys(shard), index) for shard in shards]
+    for key in keys:
         batch.command("ZRANGEBYSCORE", key, "-inf", cutoff, "LIMIT", 0, RESOLVER_PAGE)
     entries: list[Intent] = []
-    for page in batch.execute():
-        entries += [tuple(member.split("|")) for member in page]  # type: ignore[misc]
+    for key, page in zip(keys, batch.execute()):
+        for member in page:
+            parts = member.split("|")
+            if len(parts) == 3 and all(parts) and parts[2].isdigit() \
+                    and all(ctx.extractor.is_hash(h) or ctx.extractor.prefix(h) == h
+                            for h in parts[:2]):
+                entries.append((parts[0], parts[1], parts[2]))
+            else:
+                log.warning("dropping malformed %s entry %r of %s", index, member, key)
+                ctx.defer("ZREM", key, member)
     return entries

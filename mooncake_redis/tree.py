@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from .context import Context
 from .models import NodeInfo
-from .values import split_node
+from .values import split_node, to_int
 
 MATCH_PREFIX_PROBE = 32
 """match_prefix reads this many leading pages first, and the rest of the chain only if all
@@ -27,7 +27,7 @@ def get_node(ctx: Context, prefix_hash: str) -> NodeInfo | None:
     score = score if score is not None else soft_score
     parent_epoch = node.attributes.get("pe")
     return NodeInfo(prefix_hash=prefix_hash, parent=node.parent,
-                    parent_epoch=None if parent_epoch is None else int(parent_epoch),
+                    parent_epoch=None if parent_epoch is None else to_int(parent_epoch),
                     children=sorted(node.children),
                     keys=sorted(prefix_hash + suffix for suffix in node.objects),
                     bytes=node.counter("b"), processing=node.counter("np"),

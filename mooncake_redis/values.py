@@ -42,6 +42,19 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _VALUE = re.compile(r"1([pc]),(\d+),(\d+),(\d),(.*)", re.S)
 
 
+def to_int(value: object, default: int = 0) -> int:
+    """An integer read from Redis, or `default` for a missing or malformed value (anyone
+    who can write the namespace can write anything: readers must not crash on it; fsck
+    reports what does not add up)."""
+    if value is None:
+        return default
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return default
+    return int(number) if number == number and abs(number) < 2 ** 63 else default
+
+
 def child_field(child_hash: str) -> str:
     return child_hash if _HEX64.fullmatch(child_hash) else CHILD_PREFIX + child_hash
 
@@ -109,7 +122,7 @@ class NodeFields:
     """suffix -> packed value"""
 
     def counter(self, name: str) -> int:
-        return int(float(self.attributes.get(name, 0)))
+        return to_int(self.attributes.get(name))
 
     @property
     def parent(self) -> str | None:
@@ -128,5 +141,5 @@ def split_node(fields: Mapping[str, str]) -> NodeFields:
         if child is None:
             attributes[field] = value
         else:
-            children[child] = int(value)
+            children[child] = to_int(value)
     return NodeFields(attributes, children, objects)

@@ -9,6 +9,7 @@ from helpers import page
 
 from mooncake_redis import Index
 from mooncake_redis.fsck import check
+from mooncake_redis.links import add_link
 
 A, B, C, GONE = page("A"), page("B"), page("C"), page("gone")
 
@@ -94,8 +95,7 @@ def test_repair_settles_leftovers_of_a_crashed_writer_in_one_run(index: Index) -
     chain = [page(f"crashed-{i}") for i in range(12)]
     links = index.ctx.calls("link", "crashed-batch")
     for child, parent in zip(chain[1:], chain):
-        call = links.add(index.ctx.shard(parent), None)
-        call.item(call.node(parent), parent, child, index.ctx.epoch())
+        add_link(links, index.ctx, parent, child, index.ctx.epoch())
     batch = index.ctx.batch()
     links.queue(batch)
     batch.execute()

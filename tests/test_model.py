@@ -106,15 +106,17 @@ class Model:
             return CycleDetected
         return None
 
-    def is_resend(self, writer: int, key: str) -> bool:
-        """put_start of a key this writer started already: answered OK, nothing changes
-        (as v2 does today even for a complete object, another size or another parent,
-        which a re-send never is; reported as a core bug)."""
+    def is_resend(self, writer: int, key: str, size: int, parent: str | None) -> bool:
+        """put_start of a key this writer started and has not completed, with the same size
+        and parent: a re-send after a lost reply, answered OK, nothing changes."""
         obj = self.objects.get(key)
-        return obj is not None and obj.writer == writer
+        node = self.nodes.get(prefix_of(key))
+        return (obj is not None and obj.writer == writer and obj.state == "processing"
+                and obj.size == size
+                and (parent is None or (node is not None and node.parent == parent)))
 
-    def put_refusal(self, writer: int, key: str, parent: str | None) -> Refusal:
-        if self.is_resend(writer, key):
+    def put_refusal(self, writer: int, key: str, size: int, parent: str | None) -> Refusal:
+        if self.is_resend(writer, key, size, parent):
             return None
         if key in self.objects:
             return ObjectAlreadyExists
@@ -247,8 +249,9 @@ class StoreMachine(RuleBasedStateMachine):
     def put_start(self, writer: int, entry: tuple[str, int, str | None], soft: bool,
                   hard: bool) -> None:
         key, size, parent = entry
-        refusal = in_batch_refusals([entry])[0] or self.model.put_refusal(writer, key, parent)
-        resend = self.model.is_resend(writer, key)
+        refusal = in_batch_refusals([entry])[0] or self.model.put_refusal(writer, key, size,
+                                                                          parent)
+        resend = self.model.is_resend(writer, key, size, parent)
         call = lambda: self.writers[writer].put_start(key, size, parent, soft, hard)  # noqa: E731
         if self.expect("put_start", refusal, call) and not resend:
             self.model.put(writer, key, size, parent, soft, hard)
@@ -276,12 +279,12 @@ class StoreMachine(RuleBasedStateMachine):
             if refused is not None:
                 assert got is refused, (key, refused, result)
                 continue
-            expected = model.put_refusal(writer, key, parent)
+            expected = model.put_refusal(writer, key, size, parent)
             if got is CycleDetected and expected in (None, CycleDetected):
                 cycle_checks.append((prefix_of(key), parent or ""))
                 continue
             assert got is expected, (key, expected, result)
-            if expected is None and not model.is_resend(writer, key):
+            if expected is None and not model.is_resend(writer, key, size, parent):
                 model.put(writer, key, size, parent, soft, False)
         intended = {prefix_of(key): parent for (key, _, parent), result in zip(items, results)
                     if parent is not None and not result.ok}

@@ -131,9 +131,6 @@ def test_set_config_validates_and_stores_only_the_change(make_index) -> None:
     assert stored(index) == {"capacity_bytes": "2048"}
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError, reason=(
-    "core bug: configuration.change_settings coerces client option names too, then "
-    "Context.store_settings reads them from Settings: AttributeError, not ConfigurationError"))
 def test_set_config_refuses_a_client_option() -> None:
     index = Index.from_url("memory://settings-option")
     with pytest.raises(ConfigurationError, match="client option"):
