@@ -39,12 +39,17 @@ def request_eviction(ctx: Context, target_ratio: float | None = None,
     """Enqueue an eviction job for the namespace unless one is already queued. Called when
     put_start is refused for space, by the monitor above the watermark, and by a job that
     stopped at its round limit (follow_up: always enqueued). Returns whether it enqueued."""
+    queue = eviction_queue(ctx.options.queue_url)  # no queue: refuse before the marker
     marker = ctx.schema.eviction_requested
     if not follow_up and not ctx.client.set(marker, "1", nx=True, px=REQUEST_TTL_MS):
         return False
-    eviction_queue(ctx.options.queue_url).enqueue(
-        eviction_job, ctx.schema.namespace, target_ratio, job_timeout=JOB_TIMEOUT_S,
-        description=f"evict namespace {ctx.schema.namespace}")
+    try:
+        queue.enqueue(eviction_job, ctx.schema.namespace, target_ratio,
+                      job_timeout=JOB_TIMEOUT_S,
+                      description=f"evict namespace {ctx.schema.namespace}")
+    except Exception:
+        ctx.client.delete(marker)  # a failed request must not block the next one
+        raise
     return True
 
 
