@@ -123,11 +123,22 @@ def test_every_lua_file_is_a_known_script_or_the_library() -> None:
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
 def test_every_script_documents_its_interface(name: str) -> None:
-    lines = read_lua(name).splitlines()
+    lines = read_lua(name).splitlines()[1:]  # after the shebang
     header = "\n".join(line for line in lines[:next(i for i, line in enumerate(lines)
                                                     if not line.startswith("--"))])
     for part in ("KEYS:", "ARGV:", "Returns:"):
         assert part in header, f"{name}.lua header lacks {part}"
+
+
+GROWING = {"put_start", "register"}
+"""The scripts Redis must refuse whole at maxmemory; every other one frees memory, reads,
+or must never be refused behind a write that was (link), so it runs there too."""
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_every_script_says_whether_it_runs_at_maxmemory(name: str) -> None:
+    first = read_lua(name).splitlines()[0]
+    assert first == ("#!lua" if name in GROWING else "#!lua flags=allow-oom"), first
 
 
 def test_the_library_documents_the_common_keys_and_arguments() -> None:
