@@ -49,6 +49,19 @@ def shared_scripts(shebang: bool = True) -> Scripts:
     return _SCRIPTS[shebang]
 
 
+def warn_if_redis_evicts(client: Any) -> None:
+    """Log once per open if Redis may evict keys by itself (it would drop nodes behind the
+    tree's back; `mooncake-redis doctor` says more). Silent where CONFIG is refused."""
+    try:
+        policy = client.config_get("maxmemory-policy").get("maxmemory-policy", "noeviction")
+    except Exception:  # CONFIG refused (ACL, managed Redis) or unsupported: doctor checks
+        return
+    if policy not in ("noeviction", None, ""):
+        log.warning("Redis runs with maxmemory-policy %s: it may evict index keys on its own "
+                    "and break the tree; set maxmemory-policy noeviction (mooncake-redis "
+                    "doctor)", policy)
+
+
 STRUCTURAL_SETTINGS = ("prefix_extractor", "enable_radix_tree")
 """Settings that decide where objects live and how nodes link: changing the extractor, or
 turning the tree off, would leave stored nodes unreachable or their links wrong."""
@@ -165,6 +178,7 @@ class Context:
                 pipe.hsetnx(schema.settings, name, encode(value))
             pipe.execute()
             stored = client.hgetall(schema.settings)
+        warn_if_redis_evicts(client)
         return cls(client, namespace, options, stored, token)
 
     # -- settings ------------------------------------------------------------------------

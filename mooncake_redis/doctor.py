@@ -89,13 +89,38 @@ def check_servers(client: Any, label: str, diagnosis: Diagnosis) -> None:
             diagnosis.warnings.append(
                 f"{name}: maxmemory-policy is {policy}: Redis may evict index keys on its own "
                 "and leave the tree inconsistent. Set maxmemory-policy noeviction")
+        check_version_and_encoding(node, name, settings, diagnosis)
+
+
+def check_version_and_encoding(node: Any, name: str, settings: dict[str, str],
+                               diagnosis: Diagnosis) -> None:
+    """Redis 7.0 or newer (scripts carry 7.0 flags; ZADD GT), and node hashes kept as
+    listpacks (a node field is up to 64 bytes: hash-max-listpack-value below 64 makes
+    every node a hashtable, about twice the memory)."""
+    try:
+        version = str(node.info("server").get("redis_version", ""))
+    except redis.exceptions.ResponseError:
+        version = ""
+    major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else 0
+    listpack_value = settings.get("hash-max-listpack-value", "")
+    diagnosis.facts.append(f"{name}: Redis {version or '?'}, hash-max-listpack-value "
+                           f"{listpack_value or '?'}")
+    if version and major < 7:
+        diagnosis.warnings.append(
+            f"{name} runs Redis {version}: mooncake-redis needs 7.0 or newer (its scripts "
+            "declare Redis 7 flags so that they run whole or not at all at maxmemory)")
+    if listpack_value.isdigit() and int(listpack_value) < 64:
+        diagnosis.warnings.append(
+            f"{name}: hash-max-listpack-value is {listpack_value}: node fields are up to 64 "
+            "bytes, so every node becomes a hashtable (about twice the memory). Set 64")
 
 
 def _read_config(node: Any) -> dict[str, str] | None:
     try:
         values = node.config_get("*")
         return {name: values.get(name, "") for name in
-                ("appendonly", "save", "maxmemory", "maxmemory-policy")}
+                ("appendonly", "save", "maxmemory", "maxmemory-policy",
+                 "hash-max-listpack-value")}
     except redis.exceptions.ResponseError:  # CONFIG refused (managed Redis, ACL): try INFO
         pass
     try:

@@ -125,3 +125,22 @@ def test_without_config_it_falls_back_to_info_and_says_what_it_cannot_see(
 def test_the_in_process_store_is_a_finding(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--url", "memory://doctor", "doctor"]) == 1
     assert "persists nothing and no other process" in capsys.readouterr().err
+
+
+def test_a_client_warns_once_when_redis_may_evict_keys(caplog: pytest.LogCaptureFixture) -> None:
+    server = RedisServer("--maxmemory-policy", "allkeys-lru")
+    try:
+        with caplog.at_level("WARNING", logger="mooncake_redis"):
+            Index.from_url(server.url, namespace="evicting")
+        assert [r.getMessage() for r in caplog.records if "allkeys-lru" in r.getMessage()]
+    finally:
+        server.stop()
+
+
+def test_doctor_warns_when_node_hashes_cannot_stay_listpacks() -> None:
+    server = RedisServer("--hash-max-listpack-value", "32", "--appendonly", "yes")
+    try:
+        warnings = diagnose(redis.Redis(port=server.port, decode_responses=True))
+        assert any("hash-max-listpack-value is 32" in w for w in warnings), warnings
+    finally:
+        server.stop()
