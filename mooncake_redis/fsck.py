@@ -33,6 +33,7 @@ from .matching import scan_node_keys
 from .values import NodeFields, child_field, decode_object, split_node
 
 SHARDS_PER_STEP = 16
+RECOUNT_TRIES = 3
 
 
 @dataclass
@@ -63,7 +64,6 @@ class FsckReport:
 @dataclass
 class _Shard:
     name: str
-    writes: str
     stats: dict[str, str]
     leaves: dict[str, float]
     soft_leaves: dict[str, float]
@@ -79,7 +79,6 @@ def check(ctx: Context, repair: bool = False, shards: Sequence[str] | None = Non
     todo = list(shards) if shards is not None else list(ctx.all_shards())
     if repair:
         checker.report.resolver = resolve(ctx, grace_ms=0, shards=todo)
-    writes_before = checker.read_writes(todo)
     node_keys: dict[str, list[str]] = defaultdict(list)
     for page in scan_node_keys(ctx):
         for key in page:
@@ -87,7 +86,7 @@ def check(ctx: Context, repair: bool = False, shards: Sequence[str] | None = Non
     parents: dict[str, str | None] = {}
     for start in range(0, len(todo), SHARDS_PER_STEP):
         names = todo[start:start + SHARDS_PER_STEP]
-        group = checker.read_shards(names, writes_before, node_keys)
+        group = checker.read_shards(names, node_keys)
         for shard in group:
             checker.check_shard(shard)
             parents.update((h, n.attributes.get("p")) for h, n in shard.nodes.items())
@@ -106,14 +105,8 @@ class _Checker:
         self.report = FsckReport()
         self.now = ctx.redis_time_ms()
 
-    def read_writes(self, shards: Sequence[str]) -> dict[str, str]:
-        batch = self.ctx.batch()
-        for shard in shards:
-            batch.command("HGET", self.ctx.schema.shard_keys(shard).stats, "writes")
-        return {s: w or "0" for s, w in zip(shards, batch.execute())}
-
-    def read_shards(self, names: Sequence[str], writes: dict[str, str],
-                    node_keys: dict[str, list[str]]) -> list[_Shard]:
+    def read_shards(self, names: Sequence[str], node_keys: dict[str, list[str]]
+                    ) -> list[_Shard]:
         """A group of shards, indexes and nodes, in one round trip."""
         batch = self.ctx.batch()
         for name in names:
@@ -128,7 +121,7 @@ class _Checker:
         shards = []
         for name in names:
             stats, leaves, soft, pending = (next(replies) for _ in range(4))
-            shard = _Shard(name, writes[name], stats, dict(score_pairs(leaves)),
+            shard = _Shard(name, stats, dict(score_pairs(leaves)),
                            dict(score_pairs(soft)), set(pending))
             for key in node_keys.get(name, []):
                 fields = next(replies)
@@ -242,7 +235,10 @@ class _Checker:
             elif int(child_epoch or 0) != epoch and not covered:
                 self.report.add("link_epoch", f"{parent} lists {child} at epoch {epoch}, the "
                                               f"child names it at {child_epoch}")
-                settle.append((parent, child, str(epoch)))
+                if int(child_epoch or 0) > epoch:  # the parent's end lags: raise it
+                    relink.append((child, parent, int(child_epoch)))
+                else:  # the child's end lags: the resolver's keep raises it
+                    settle.append((parent, child, str(epoch)))
         if self.repair:
             self._repair_links(relink, settle)
 
@@ -290,20 +286,28 @@ class _Checker:
         cascade(self.ctx, intents)
 
     def _recount(self, shard: _Shard) -> None:
-        call = self.ctx.shard_call("recount_shard", shard.name, shard.writes)
-        for prefix_hash in sorted(shard.nodes):
-            call.node(prefix_hash)
-            call.args.append(prefix_hash)
-        batch = self.ctx.batch()
-        call.queue(batch)
-        (reply,) = batch.execute()
-        if isinstance(reply, MooncakeRedisError):
-            raise reply
-        if reply[0] == "recounted":
-            self.report.repaired["shard_stats"] += 1
-        else:
-            self.report.add("shard_busy", f"shard {shard.name} changed while fsck read it; its "
-                                          "stats were not recounted: run fsck again")
+        """Set the shard's stats from its nodes: the write counter first, then the shard's
+        node keys (a SCAN for this one shard), then the script, which gives up if any write
+        ran since the counter was read; a few tries on a busy shard."""
+        for _ in range(RECOUNT_TRIES):
+            writes = self.ctx.client.hget(self.ctx.schema.shard_keys(shard.name).stats,
+                                          "writes") or "0"
+            node_keys = [key for page in scan_node_keys(self.ctx, shard.name) for key in page]
+            call = self.ctx.shard_call("recount_shard", shard.name, writes)
+            for key in sorted(node_keys):
+                prefix_hash = self.ctx.schema.hash_of_node_key(key)
+                call.node(prefix_hash)
+                call.args.append(prefix_hash)
+            batch = self.ctx.batch()
+            call.queue(batch)
+            (reply,) = batch.execute()
+            if isinstance(reply, MooncakeRedisError):
+                raise reply
+            if reply[0] == "recounted":
+                self.report.repaired["shard_stats"] += 1
+                return
+        self.report.add("shard_busy", f"shard {shard.name} kept changing while fsck read it; "
+                                      "its stats were not recounted: run fsck again")
 
     def _repair_links(self, relink: list[tuple[str, str, int]], settle: list[Intent]) -> None:
         if relink:

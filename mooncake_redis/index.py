@@ -107,7 +107,11 @@ class Index:
             size = check_size(size, self.settings.max_object_size)
             if parent is not None and tree_on:
                 parent = self.ctx.prefix_hash(parent, "parent_block_hash")
-                self.ctx.prefix_hash(prefix_hash, f"prefix of key {key!r} (linked to a parent)")
+                if not self.ctx.extractor.is_hash(prefix_hash):
+                    raise InvalidArgument(
+                        f"key {key!r} has no prefix hash under the {self.ctx.extractor.name!r} "
+                        f"rule (a hash is {self.ctx.extractor.hash_form}), so it cannot be "
+                        "linked to a parent; store it without parent_block_hash", key=key)
             writes.append(registration.Write(key, prefix_hash, parent if tree_on else None,
                                              suffix=suffix, size=size, pins=pins))
         check_unique([w.key for w in writes], "object key")

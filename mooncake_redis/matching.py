@@ -22,10 +22,14 @@ def compile_pattern(pattern: Any) -> Callable[[str], bool]:
         raise InvalidArgument(f"pattern must be a str, got {type(pattern).__name__}")
     if not pattern:
         raise InvalidArgument("an empty pattern matches every key; use remove_all to mean that")
+    options = re2.Options()
+    options.log_errors = False  # the error goes to the caller, not to stderr
     try:
-        regex = re2.compile(pattern)
+        regex = re2.compile(pattern, options)
     except re2.error as error:
-        raise InvalidArgument(f"pattern {pattern!r} is not a valid RE2 expression: {error}") \
+        reason = error.args[0].decode() if error.args and isinstance(error.args[0], bytes) \
+            else str(error)
+        raise InvalidArgument(f"pattern {pattern!r} is not a valid RE2 expression: {reason}") \
             from None
     return lambda key: regex.search(key) is not None
 
@@ -37,9 +41,9 @@ def primaries(client: Any) -> list[Any]:
     return [client]
 
 
-def scan_node_keys(ctx: Context) -> Iterator[list[str]]:
-    """Pages of node keys of the namespace (SCAN MATCH on every primary)."""
-    pattern = ctx.schema.node_pattern()
+def scan_node_keys(ctx: Context, shard: str | None = None) -> Iterator[list[str]]:
+    """Pages of node keys of the namespace, or of one shard (SCAN MATCH on every primary)."""
+    pattern = ctx.schema.node_pattern() if shard is None else ctx.schema.node_prefix(shard) + "*"
     for client in primaries(ctx.client):
         cursor = 0
         while True:

@@ -48,9 +48,13 @@ BAD_INPUTS: dict[str, tuple[type[MooncakeRedisError], Callable[[Index], object]]
     "node as its own parent": (CycleDetected, lambda ix: ix.register_radix_tree_node(A, A)),
     "cycle": (CycleDetected, lambda ix: ix.register_radix_tree_node(A, B)),
     "conflicting parent": (ParentConflict, lambda ix: ix.put_start(f"{B}_1_k", 1, C)),
-    "put_start of a stored key": (ObjectAlreadyExists, lambda ix: ix.put_start(DONE, 1)),
+    "put_start of a key another writer stored": (
+        ObjectAlreadyExists, lambda ix: other_writer(ix).put_start(DONE, 1)),
     "put_end of an unknown key": (ObjectNotFound, lambda ix: ix.put_end("unknown")),
-    "put_end twice": (InvalidObjectState, lambda ix: ix.put_end(DONE)),
+    "put_end of another writer's object": (
+        InvalidObjectState, lambda ix: other_writer(ix).put_end(PROCESSING)),
+    "put_revoke of another writer's object": (
+        InvalidObjectState, lambda ix: other_writer(ix).put_revoke(PROCESSING)),
     "put_revoke of an unknown key": (ObjectNotFound, lambda ix: ix.put_revoke("unknown")),
     "put_revoke of a complete key": (InvalidObjectState, lambda ix: ix.put_revoke(DONE)),
     "get while processing": (ObjectNotReady, lambda ix: ix.get(PROCESSING)),
@@ -65,22 +69,48 @@ BAD_INPUTS: dict[str, tuple[type[MooncakeRedisError], Callable[[Index], object]]
     "register keys as one str": (
         InvalidArgument, lambda ix: ix.register_radix_tree_node(A, None, DONE)),
     "match_prefix with a non-str": (InvalidArgument, lambda ix: ix.match_prefix([A, None])),
+    "match_prefix with one string": (InvalidArgument, lambda ix: ix.match_prefix(A)),
+    "upper-case parent hash": (InvalidArgument,
+                               lambda ix: ix.put_start(f"{C}_0_k", 1, A.upper())),
+    "short parent hash": (InvalidArgument, lambda ix: ix.put_start(f"{C}_0_k", 1, A[:40])),
+    "parent hash with spaces": (InvalidArgument,
+                                lambda ix: ix.put_start(f"{C}_0_k", 1, f" {A[1:]}")),
+    "key without a hash linked to a parent": (
+        InvalidArgument, lambda ix: ix.put_start("plain-key", 1, A)),
+    "batch item of the wrong shape": (InvalidArgument,
+                                      lambda ix: ix.batch_put_start([("k",)])),
+    "batch of one string": (InvalidArgument, lambda ix: ix.batch_put_start("k")),
+    "keys=None": (InvalidArgument, lambda ix: ix.batch_get(None)),
+    "size as large as 2**63": (InvalidArgument, lambda ix: ix.put_start("k", 1 << 63)),
+    "empty regex": (InvalidArgument, lambda ix: ix.remove_by_regex("")),
     "batch_is_exist with a non-str": (InvalidArgument, lambda ix: ix.batch_is_exist([1])),
     "negative subtree depth": (InvalidArgument, lambda ix: ix.get_subtree_keys(A, -1)),
     "eviction target out of range": (InvalidArgument, lambda ix: ix.evict(target_ratio=1.5)),
-    "unknown option": (ConfigurationError, lambda ix: ix.set_config(capacity=1)),
-    "option of the wrong type": (ConfigurationError,
-                                 lambda ix: ix.set_config(lease_ttl_ms="soon")),
-    "option out of range": (ConfigurationError, lambda ix: ix.set_config(high_watermark=2)),
+    "unknown setting": (ConfigurationError, lambda ix: ix.set_config(capacity=1)),
+    "setting of the wrong type": (ConfigurationError,
+                                  lambda ix: ix.set_config(lease_ttl_ms="soon")),
+    "setting out of range": (ConfigurationError, lambda ix: ix.set_config(high_watermark=2)),
+    "extractor that is not registered": (
+        ConfigurationError, lambda ix: ix.set_config(prefix_extractor="os:system")),
+    "extractor change on a non-empty namespace": (
+        ConfigurationError, lambda ix: ix.set_config(prefix_extractor="tagged")),
+    "radix tree off on a non-empty namespace": (
+        ConfigurationError, lambda ix: ix.set_config(enable_radix_tree=False)),
     "bad namespace": (ConfigurationError, lambda ix: Index(ix.client, namespace="a:{b}")),
     "unknown URL scheme": (ConfigurationError, lambda ix: Index.from_url("http://localhost")),
 }
+
+
+def other_writer(index: Index) -> Index:
+    """Another client of the same namespace: its own writer token."""
+    return Index(index.client, namespace=index.namespace)
 
 
 def prepare(index: Index) -> None:
     index.put_start(DONE, 10)
     index.put_end(DONE)
     index.put_start(PROCESSING, 10, parent_block_hash=A)
+    index.close()
 
 
 @pytest.mark.parametrize("name", sorted(BAD_INPUTS))
