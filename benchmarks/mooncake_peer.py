@@ -47,6 +47,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "mooncake-transfer-engine-non-cuda"
 PEER_PYTHON_ENV = "MOONCAKE_PEER_PYTHON"
+PEER_VENV_ENV = "MOONCAKE_PEER_VENV"
 DEFAULT_VENV = ROOT / ".venv-peer"
 INSTALL_HINT = "run scripts/install_mooncake_peer.sh"
 LEASE_TTL_MS = 500
@@ -86,13 +87,13 @@ def _package_dir() -> Path | None:
 
 def peer_python() -> str | None:
     """The interpreter that can import mooncake.store: $MOONCAKE_PEER_PYTHON, this one, or
-    .venv-peer's."""
+    the python of $MOONCAKE_PEER_VENV (the install script's variable) or of .venv-peer."""
     named = os.environ.get(PEER_PYTHON_ENV)
     if named:
         return named
     if _package_dir() is not None:
         return sys.executable
-    venv_python = DEFAULT_VENV / "bin" / "python"
+    venv_python = Path(os.environ.get(PEER_VENV_ENV) or DEFAULT_VENV) / "bin" / "python"
     return str(venv_python) if venv_python.exists() else None
 
 
