@@ -53,6 +53,8 @@ class Scale:
     scan_budget_seconds: float
     eviction_objects: tuple[int, ...]
     eviction_leaves: int
+    eviction_repeats: int
+    """Each (tree, setting) is timed this many times, interleaved; the median is reported."""
     memory_objects: int
     memory_samples: int
     registration_nodes: int
@@ -74,14 +76,15 @@ class Scale:
 SCALES = {
     "full": Scale("full", prefix_objects=(10_000, 100_000, 1_000_000), prefix_queries=2000,
                   scan_budget_seconds=15.0, eviction_objects=(100_000, 1_000_000),
-                  eviction_leaves=20_000, memory_objects=1_000_000, memory_samples=300,
+                  eviction_leaves=20_000, eviction_repeats=3, memory_objects=1_000_000,
+                  memory_samples=300,
                   registration_nodes=50_000, registration_batch=500,
                   batch_sweep=(50, 200, 500, 2000, 8000), sweep_nodes=16_000,
                   single_nodes=5_000, chain_pages=1000, chains=20, match_repeats=200,
                   peer_keys=20_000, peer_batch=200, in_process_keys=2_000),
     "small": Scale("small", prefix_objects=(1_000, 4_000), prefix_queries=100,
                    scan_budget_seconds=0.5, eviction_objects=(2_000, 4_000),
-                   eviction_leaves=200, memory_objects=4_000, memory_samples=20,
+                   eviction_leaves=200, eviction_repeats=1, memory_objects=4_000, memory_samples=20,
                    registration_nodes=1_000, registration_batch=500,
                    batch_sweep=(50, 500), sweep_nodes=500, single_nodes=100,
                    chain_pages=1000, chains=1, match_repeats=5,

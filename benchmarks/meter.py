@@ -111,7 +111,9 @@ class Measured:
 
     def per(self, count: int) -> dict[str, float]:
         """The usual per-unit figures (unit = node, key, object ...)."""
+        cpu = self.redis_cpu_seconds + self.client_cpu_seconds
         return {"seconds": self.seconds, "per_second": count / self.seconds,
+                "cpu_bound_per_second": count / cpu if cpu else 0.0,
                 "redis_cpu_us": self.redis_cpu_seconds * 1e6 / count,
                 "client_cpu_us": self.client_cpu_seconds * 1e6 / count,
                 "evalsha": self.evalsha / count, "script_commands": self.script_commands / count,

@@ -168,21 +168,24 @@ def run(context: Context) -> BenchmarkResult:
         "Registration: per node (or per call for the ceilings), one process, one Redis",
         ["path", "count", "seconds", "per second", "ratio to pipelined ceiling",
          "EVALSHA", "redis.call in scripts", "round trips", "Redis CPU µs", "client CPU µs",
-         "Redis busy"],
+         "CPU-bound per second", "Redis busy"],
         [[r["path"], r["count"], r["seconds"], r["per_second"], r["per_second"] / ceiling,
           r["evalsha"], r["script_commands"], r["round_trips"], r["redis_cpu_us"],
-          r["client_cpu_us"], r["redis_busy"]] for r in rows],
+          r["client_cpu_us"], r["cpu_bound_per_second"], r["redis_busy"]] for r in rows],
         note="Redis CPU from INFO cpu (user + sys of the server) before/after; client CPU "
              "is this process's time.process_time(); redis.call in scripts = every command "
-             "in INFO commandstats minus the commands this process sent.")
+             "in INFO commandstats minus the commands this process sent. CPU-bound per "
+             "second = 1 / (Redis + client CPU per unit): the rate of one process on an "
+             "otherwise idle machine (client and Redis take turns on each round trip).")
     sweep_table = Table(
         f"batch_put_start (2 objects/node, with parent) by batch size, "
         f"{context.scale.sweep_nodes:,} nodes each",
         ["pages per call", "nodes/s", "EVALSHA per call", "EVALSHA/node",
-         "redis.call/node", "Redis CPU µs/node", "client CPU µs/node", "Redis busy"],
+         "redis.call/node", "Redis CPU µs/node", "client CPU µs/node", "CPU-bound nodes/s",
+         "Redis busy"],
         [[r["pages_per_call"], r["per_second"], r["evalsha_per_call"], r["evalsha"],
-          r["script_commands"], r["redis_cpu_us"], r["client_cpu_us"], r["redis_busy"]]
-         for r in sweep],
+          r["script_commands"], r["redis_cpu_us"], r["client_cpu_us"],
+          r["cpu_bound_per_second"], r["redis_busy"]] for r in sweep],
         note="Each call sends one script call per shard per protocol step (link, put_start), "
              "so small batches pay the per-call cost (the empty shard script's row above) "
              "for only a few items.")
