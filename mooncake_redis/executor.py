@@ -26,11 +26,6 @@ from typing import Any
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
-try:
-    from hiredis import pack_command as hiredis_pack_command
-except ImportError:  # redis-py's own packer then
-    hiredis_pack_command = None  # type: ignore[assignment]
-
 from .errors import (
     ClusterUnavailable,
     MooncakeRedisError,
@@ -331,7 +326,7 @@ class Pipeline:
             return pipeline
         try:
             connection = pipeline.connection
-            connection.send_packed_command(pack(connection, commands))
+            connection.send_packed_command(connection.pack_commands(commands))
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
             pipeline.failed = LOST  # part of it may have reached the server
         return pipeline
@@ -362,19 +357,6 @@ class Pipeline:
             self.connection.disconnect()
         self.client.connection_pool.release(self.connection)
         self.connection = None
-
-
-def pack(connection: Any, commands: list[tuple[Any, ...]]) -> Any:
-    """The pipeline as one buffer. hiredis packs a command in one C call; redis-py's packer
-    runs Python over every argument, a sixth of a batch's client CPU and a third of
-    match_prefix's (docs/BENCHMARKS.md). Arguments hiredis refuses go to redis-py's packer,
-    which raises its usual DataError."""
-    if hiredis_pack_command is not None:
-        try:
-            return [b"".join([hiredis_pack_command(tuple(command)) for command in commands])]
-        except TypeError:
-            pass
-    return connection.pack_commands(commands)
 
 
 def name_of(node: Any) -> str:
