@@ -5,7 +5,7 @@ mooncake_redis, so benchmarks/versions.py can meter any checkout the same way.""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -49,8 +49,8 @@ def redis_cpu_seconds(client: redis.Redis) -> float:
 class ClientTraffic:
     """Counts what this process sends to any Redis: round trips (every command and every
     pipeline, the executor's included, goes out through one send_packed_command call of a
-    redis-py connection) and commands (one per send_command, one per entry of
-    pack_commands). The methods are patched only while counting."""
+    redis-py connection) and commands (each gets one reply, read by one read_response,
+    however it was packed). The methods are patched only while counting."""
 
     def __init__(self) -> None:
         self.round_trips = 0
@@ -60,22 +60,17 @@ class ClientTraffic:
     def counting(self) -> Iterator[ClientTraffic]:
         cls = redis.connection.AbstractConnection
         originals = {name: getattr(cls, name)
-                     for name in ("send_packed_command", "send_command", "pack_commands")}
+                     for name in ("send_packed_command", "read_response")}
 
         def send_packed_command(connection: Any, *args: Any, **kwargs: Any) -> Any:
             self.round_trips += 1
             return originals["send_packed_command"](connection, *args, **kwargs)
 
-        def send_command(connection: Any, *args: Any, **kwargs: Any) -> Any:
+        def read_response(connection: Any, *args: Any, **kwargs: Any) -> Any:
             self.commands += 1
-            return originals["send_command"](connection, *args, **kwargs)
+            return originals["read_response"](connection, *args, **kwargs)
 
-        def pack_commands(connection: Any, commands: Sequence[Any]) -> Any:
-            self.commands += len(commands)
-            return originals["pack_commands"](connection, commands)
-
-        patches = {"send_packed_command": send_packed_command, "send_command": send_command,
-                   "pack_commands": pack_commands}
+        patches = {"send_packed_command": send_packed_command, "read_response": read_response}
         for name, patch in patches.items():
             setattr(cls, name, patch)
         try:
