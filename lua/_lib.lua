@@ -80,64 +80,23 @@ local function leaf_of(n)
   return LEAVES, score
 end
 
--- The node record of KEYS[key_index] (read once per script). `extra` names fields (objects,
--- children) to read in the same HMGET; get_field() answers from them, stage() collects writes
--- that write_back() sends with the counters: one HMGET and one HSET per node and script.
-local function node(key, hash, extra)
+-- The node record of KEYS[key_index] (read once per script).
+local function node(key, hash)
   local n = nodes[key]
   if n then return n end
-  local fields = NODE_FIELDS
-  if extra and #extra > 0 then
-    fields = {unpack(NODE_FIELDS)}
-    for i = 1, #extra do fields[#fields + 1] = extra[i] end
-  end
-  local v = redis.call('HMGET', key, unpack(fields))
-  n = {key = key, hash = hash, dirty = {}, f = {}, staged = {}}
+  local v = redis.call('HMGET', key, unpack(NODE_FIELDS))
+  n = {key = key, hash = hash, dirty = {}}
   for i = 1, #NODE_FIELDS do
     local f = NODE_FIELDS[i]
     if v[i] then
       if TEXT_FIELDS[f] then n[f] = v[i] else n[f] = tonumber(v[i]) end
     end
   end
-  for i = #NODE_FIELDS + 1, #fields do n.f[fields[i]] = v[i] or false end
   n.exists = n.no ~= nil or n.nc ~= nil
   n.leaf_set, n.leaf_score = leaf_of(n)
   nodes[key] = n
   node_order[#node_order + 1] = n
   return n
-end
-
--- A field of the node: read along with it, staged, or read now.
-local function get_field(n, f)
-  local x = n.f[f]
-  if x == nil then
-    x = redis.call('HGET', n.key, f) or false
-    n.f[f] = x
-  end
-  return x or nil
-end
-
--- Writes field f = x with the node's write-back (or before a rescan of its fields).
-local function stage(n, f, x)
-  n.f[f] = x
-  n.staged[f] = true
-end
-
-local function flush_staged(n)
-  local put = {}
-  for f in pairs(n.staged) do
-    put[#put + 1] = f
-    put[#put + 1] = n.f[f]
-  end
-  if #put > 0 then redis.call('HSET', n.key, unpack(put)) end
-  n.staged = {}
-end
-
--- Sends one variadic command per 1000 arguments (Lua's unpack has a stack limit).
-local function variadic(command, key, args)
-  for i = 1, #args, 1000 do
-    redis.call(command, key, unpack(args, i, math.min(#args, i + 999)))
-  end
 end
 
 local function set(n, f, x)
@@ -158,7 +117,6 @@ end
 
 -- Every 'o:' field of the node as {suffix, state, size, time, pins, token}.
 local function scan_objects(n)
-  flush_staged(n)
   local all = redis.call('HGETALL', n.key)
   local found = {}
   for i = 1, #all, 2 do
@@ -223,19 +181,10 @@ end
 
 -- A fence makes step 2 of any link of this child with an epoch <= it refuse; it is only
 -- needed while such an epoch could still be accepted (within the horizon).
-local fences_present = nil  -- whether the shard has any fence (read once, on first need)
-
 local function raise_fence(hash, epoch)
   if epoch >= NOW - EPOCH_HORIZON_MS then
     redis.call('ZADD', FENCES, 'GT', num(epoch), hash)
-    fences_present = true
   end
-end
-
-local function fence_of(hash)
-  if fences_present == nil then fences_present = redis.call('ZCARD', FENCES) > 0 end
-  if not fences_present then return nil end
-  return tonumber(redis.call('ZSCORE', FENCES, hash))
 end
 
 -- An emptied node goes at once; if it had a parent, the unlink from it is recorded here
@@ -252,22 +201,11 @@ local function delete_node(n)
   end
 end
 
-local leaf_removals, leaf_additions = {}, {}  -- leaf set -> members / score, member ...
-
-local function queue_leaf(queue, set_, ...)
-  local list = queue[set_]
-  if not list then
-    list = {}
-    queue[set_] = list
-  end
-  for _, x in ipairs({...}) do list[#list + 1] = x end
-end
-
 local function update_leaf(n)
   local set_, score = leaf_of(n)
-  if n.leaf_set and set_ ~= n.leaf_set then queue_leaf(leaf_removals, n.leaf_set, n.hash) end
+  if n.leaf_set and set_ ~= n.leaf_set then redis.call('ZREM', n.leaf_set, n.hash) end
   if set_ and (set_ ~= n.leaf_set or score ~= n.leaf_score) then
-    queue_leaf(leaf_additions, set_, num(score), n.hash)
+    redis.call('ZADD', set_, num(score), n.hash)
     if not n.leaf_set then
       new_leaves[#new_leaves + 1] = {n.hash, num(score), num(n.b or 0),
         set_ == SOFT_LEAVES and '1' or '0'}
@@ -277,11 +215,6 @@ end
 
 local function write_back(n)
   local put, drop = {}, {}
-  for f in pairs(n.staged) do
-    put[#put + 1] = f
-    put[#put + 1] = n.f[f]
-  end
-  n.staged = {}
   for f in pairs(n.dirty) do
     local x = n[f]
     if x == nil or x == 0 then
@@ -317,8 +250,6 @@ local function finish()
     end
     update_leaf(n)
   end
-  for set_, members in pairs(leaf_removals) do variadic('ZREM', set_, members) end
-  for set_, pairs_ in pairs(leaf_additions) do variadic('ZADD', set_, pairs_) end
   if stat_used ~= 0 then redis.call('HINCRBY', STATS, 'used_bytes', stat_used) end
   if stat_objects ~= 0 then redis.call('HINCRBY', STATS, 'objects', stat_objects) end
   if stat_nodes ~= 0 then redis.call('HINCRBY', STATS, 'nodes', stat_nodes) end
@@ -348,7 +279,7 @@ local function check_parent(n, parent, epoch, checked, batch)
   if epoch < NOW - EPOCH_HORIZON_MS then
     return nil, fail('STALE_EPOCH', num(epoch))
   end
-  local fence = fence_of(n.hash)
+  local fence = tonumber(redis.call('ZSCORE', FENCES, n.hash))
   if fence and fence >= epoch then return nil, fail('FENCED', num(fence)) end
   if n.exists and (n.nc or 0) > 0 and n.lb ~= batch and checked ~= '1' then
     return nil, fail('CYCLE_CHECK', 'node ' .. n.hash .. ' has children')

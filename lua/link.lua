@@ -7,15 +7,9 @@
 -- Returns: one per item: 1 if the child field was written or raised (pending entry added),
 --          0 if the parent already listed the child at this epoch or a newer one
 local batch = ARGV[4]
-local wanted = {}  -- node key index -> its children's fields, read with the node
+local results = {}
 for a = 5, #ARGV, 4 do
-  local fields = wanted[ARGV[a]] or {}
-  fields[#fields + 1] = child_field(ARGV[a + 2])
-  wanted[ARGV[a]] = fields
-end
-local results, pending = {}, {}
-for a = 5, #ARGV, 4 do
-  local n = node(KEYS[tonumber(ARGV[a])], ARGV[a + 1], wanted[ARGV[a]])
+  local n = node(KEYS[tonumber(ARGV[a])], ARGV[a + 1])
   local child, epoch = ARGV[a + 2], tonumber(ARGV[a + 3])
   if not n.exists then
     create(n)
@@ -24,17 +18,15 @@ for a = 5, #ARGV, 4 do
     set(n, 'lb', nil)
   end
   local field = child_field(child)
-  local current = tonumber(get_field(n, field))
+  local current = tonumber(redis.call('HGET', n.key, field))
   local written = 0
   if not current or epoch > current then
     if not current then add(n, 'nc', 1) end
-    stage(n, field, num(epoch))
-    pending[#pending + 1] = NOW
-    pending[#pending + 1] = n.hash .. '|' .. child .. '|' .. num(epoch)
+    redis.call('HSET', n.key, field, num(epoch))
+    redis.call('ZADD', PENDING, NOW, n.hash .. '|' .. child .. '|' .. num(epoch))
     written = 1
   end
   results[#results + 1] = written
 end
-variadic('ZADD', PENDING, pending)
 finish()
 return results

@@ -7,7 +7,7 @@
 --          INVALID_STATE (another writer's object)
 local function complete(n, suffix, token)
   local field = 'o:' .. suffix
-  local value = get_field(n, field)
+  local value = redis.call('HGET', n.key, field)
   if not value then
     return fail('NOT_FOUND', 'no object ' .. n.hash .. suffix .. ' (never started, revoked, '
       .. 'or evicted after put_start_release_timeout)')
@@ -18,22 +18,16 @@ local function complete(n, suffix, token)
       .. 'writer (token ' .. tostring(owner) .. ')')
   end
   if state == 'c' then return 'OK' end
-  stage(n, field, pack_object('c', size, NOW, pins, token))
+  redis.call('HSET', n.key, field, pack_object('c', size, NOW, pins, token))
   count_object(n, -1, 'p', size, t, pins)
   count_object(n, 1, 'c', size, NOW, pins)
   emit('stored', n.hash, 'key', n.hash .. suffix, 'size', num(size), 'parent', n.p or '')
   return 'OK'
 end
 
-local wanted = {}  -- node key index -> its objects' fields, read with the node
-for a = 4, #ARGV, 4 do
-  local fields = wanted[ARGV[a]] or {}
-  fields[#fields + 1] = 'o:' .. ARGV[a + 2]
-  wanted[ARGV[a]] = fields
-end
 local results = {}
 for a = 4, #ARGV, 4 do
-  local n = node(KEYS[tonumber(ARGV[a])], ARGV[a + 1], wanted[ARGV[a]])
+  local n = node(KEYS[tonumber(ARGV[a])], ARGV[a + 1])
   results[#results + 1] = complete(n, ARGV[a + 2], ARGV[a + 3])
 end
 finish()

@@ -16,7 +16,7 @@ local used, limit = tonumber(stats[1]) or 0, tonumber(stats[2]) or default_limit
 
 local function put(n, suffix, size, pins, token, parent, epoch, checked)
   local field = 'o:' .. suffix
-  local current = get_field(n, field)
+  local current = redis.call('HGET', n.key, field)
   local old
   if current then
     local state, old_size, t, old_pins, old_token = unpack_object(current)
@@ -41,22 +41,16 @@ local function put(n, suffix, size, pins, token, parent, epoch, checked)
   if not how then return refusal end
   create(n)
   local flag = apply_parent(n, parent, epoch, how, batch)
-  stage(n, field, pack_object('p', size, NOW, pins, token))
+  redis.call('HSET', n.key, field, pack_object('p', size, NOW, pins, token))
   count_object(n, 1, 'p', size, NOW, pins)
   if old then count_object(n, -1, old[1], old[2], old[3], old[4]) end
   used = used + grow
   return 'OK' .. flag
 end
 
-local wanted = {}  -- node key index -> its objects' fields, read with the node
-for a = 7, #ARGV, 9 do
-  local fields = wanted[ARGV[a]] or {}
-  fields[#fields + 1] = 'o:' .. ARGV[a + 2]
-  wanted[ARGV[a]] = fields
-end
 local results = {}
 for a = 7, #ARGV, 9 do
-  local n = node(KEYS[tonumber(ARGV[a])], ARGV[a + 1], wanted[ARGV[a]])
+  local n = node(KEYS[tonumber(ARGV[a])], ARGV[a + 1])
   results[#results + 1] = put(n, ARGV[a + 2], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
     ARGV[a + 5], ARGV[a + 6], tonumber(ARGV[a + 7]), ARGV[a + 8])
 end
