@@ -13,20 +13,18 @@ from redis.crc import key_slot
 
 from mooncake_redis import Index
 from mooncake_redis.keys import KeySchema
-from mooncake_redis.prefix import all_shards
+from mooncake_redis.prefix import ALL_SHARDS
 
 from .common import (
     NAMESPACE,
-    OBJECT_BYTES,
     BenchmarkResult,
     Context,
-    Page,
     Scale,
     Table,
     bench_server,
-    chat_pages,
-    timed,
 )
+from .meter import timed
+from .trees import OBJECT_BYTES, Page, chat_pages
 
 NAME = "cluster"
 MASTERS = 3
@@ -61,7 +59,7 @@ def local_cluster() -> Iterator[str]:
 def register_and_evict(url: str, pages: Sequence[Page], batch: int) -> dict[str, Any]:
     """batch_put_start + batch_put_end of every page (one object per page), then one
     eviction job down to half; both timed through the public API."""
-    index = Index.from_url(url, namespace=NAMESPACE, max_rounds_per_job=1_000_000)
+    index = Index.from_url(url, namespace=NAMESPACE, max_rounds_per_job=100_000)
 
     def register() -> None:
         for start in range(0, len(pages), batch):
@@ -85,7 +83,7 @@ def shard_spread(url: str) -> list[dict[str, Any]]:
     schema = KeySchema(NAMESPACE)
     manager = client.nodes_manager
     shards = Counter(manager.get_node_from_slot(key_slot(schema.shard_keys(s).stats.encode())).name
-                     for s in all_shards())
+                     for s in ALL_SHARDS)
     slots = Counter(node.name for slot in range(16384)
                     for node in [manager.get_node_from_slot(slot)])
     return [{"master": name, "slots": slots[name], "shards": shards[name]}

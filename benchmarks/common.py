@@ -1,16 +1,15 @@
-"""What every benchmark shares: scales, throwaway servers, chat-shaped trees, timing, tables."""
+"""What every benchmark shares: scales, throwaway servers, meters, chat-shaped trees, tables."""
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
-import random
 import shutil
 import sys
-import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -22,25 +21,26 @@ import redis
 from tqdm import tqdm
 
 from mooncake_redis import Index
+from mooncake_redis.context import shared_scripts
+from mooncake_redis.executor import load_scripts
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from redis_server import RedisServer  # noqa: E402  (tests/ is no package: path first)
 
+from .meter import timed  # noqa: E402
+from .trees import (  # noqa: E402
+    BUILD_PAGES,
+    KEYS_PER_PAGE,
+    OBJECT_BYTES,
+    Page,
+    chat_pages,
+    put_items,
+)
+
 NAMESPACE = "mc"
-OBJECT_BYTES = 1 << 20
-"""A 16-token page of a mid-size model at fp16, one K or V half on one rank."""
-
-KEYS_PER_PAGE = 2
-"""MHA keys: `<hash>_0_k` and `<hash>_0_v` (one rank), so a tree of N objects has N/2 nodes."""
-
-BUILD_PAGES = 500
-"""Pages per batch_put_start call while building trees (1,000 objects per call)."""
-
-SYSTEM_PROMPTS = 16
-SYSTEM_PAGES = 8
-BRANCH_PROBABILITY = 0.25
-"""Share of conversations that branch off an earlier chat (a regenerated or edited turn)."""
+DEPLOY_CONF = ROOT / "deploy" / "redis.conf"
+"""The shipped Redis config (AOF everysec + RDB snapshots, noeviction)."""
 
 
 @dataclass(frozen=True)
@@ -53,27 +53,42 @@ class Scale:
     scan_budget_seconds: float
     eviction_objects: tuple[int, ...]
     eviction_leaves: int
+    eviction_repeats: int
+    """Each (tree, setting) is timed this many times, interleaved; the median is reported."""
     memory_objects: int
     memory_samples: int
     registration_nodes: int
     registration_batch: int
+    batch_sweep: tuple[int, ...]
+    """Pages per batch_put_start call tried by the batch-size sweep."""
+    sweep_nodes: int
     single_nodes: int
     chain_pages: int
     chains: int
     match_repeats: int
+    peer_keys: int
+    """Keys per operation in the side-by-side with the Mooncake master."""
+    peer_batch: int
+    in_process_keys: int
+    """Keys per operation on the in-process store (fakeredis runs Lua slowly)."""
 
 
 SCALES = {
     "full": Scale("full", prefix_objects=(10_000, 100_000, 1_000_000), prefix_queries=2000,
                   scan_budget_seconds=15.0, eviction_objects=(100_000, 1_000_000),
-                  eviction_leaves=10_000, memory_objects=1_000_000, memory_samples=300,
-                  registration_nodes=50_000, registration_batch=500, single_nodes=5_000,
-                  chain_pages=1000, chains=20, match_repeats=200),
+                  eviction_leaves=20_000, eviction_repeats=3, memory_objects=1_000_000,
+                  memory_samples=300,
+                  registration_nodes=50_000, registration_batch=500,
+                  batch_sweep=(50, 200, 500, 2000, 8000), sweep_nodes=16_000,
+                  single_nodes=5_000, chain_pages=1000, chains=20, match_repeats=200,
+                  peer_keys=20_000, peer_batch=200, in_process_keys=2_000),
     "small": Scale("small", prefix_objects=(1_000, 4_000), prefix_queries=100,
                    scan_budget_seconds=0.5, eviction_objects=(2_000, 4_000),
-                   eviction_leaves=200, memory_objects=4_000, memory_samples=20,
-                   registration_nodes=1_000, registration_batch=500, single_nodes=100,
-                   chain_pages=1000, chains=1, match_repeats=5),
+                   eviction_leaves=200, eviction_repeats=1, memory_objects=4_000, memory_samples=20,
+                   registration_nodes=1_000, registration_batch=500,
+                   batch_sweep=(50, 500), sweep_nodes=500, single_nodes=100,
+                   chain_pages=1000, chains=1, match_repeats=5,
+                   peer_keys=400, peer_batch=50, in_process_keys=100),
 }
 
 
@@ -87,6 +102,8 @@ class Table:
     title: str
     columns: list[str]
     rows: list[list[Any]] = field(default_factory=list)
+    note: str = ""
+    """Printed under the table (how to read it)."""
 
     def render(self) -> str:
         cells = [self.columns] + [[format_cell(value) for value in row] for row in self.rows]
@@ -96,6 +113,8 @@ class Table:
             lines.append("| " + " | ".join(c.rjust(w) for c, w in zip(row, widths)) + " |")
             if number == 0:
                 lines.append("|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|")
+        if self.note:
+            lines += ["", self.note]
         return "\n".join(lines)
 
 
@@ -103,11 +122,17 @@ class Table:
 class BenchmarkResult:
     tables: list[Table]
     results: dict[str, Any]
-    """Machine-readable numbers (results.json), keyed for the smoke test."""
+    """Machine-readable numbers (results.json), keyed for the smoke test and the goals."""
 
 
 def format_cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
         if value == 0 or abs(value) >= 100:
             return f"{value:,.0f}"
         return f"{value:.3g}" if abs(value) < 1 else f"{value:.1f}"
@@ -135,71 +160,27 @@ def latency(samples: Sequence[float]) -> dict[str, float]:
             "samples": len(samples)}
 
 
-def timed(call: Callable[[], Any]) -> tuple[float, Any]:
-    started = time.perf_counter()
-    result = call()
-    return time.perf_counter() - started, result
-
-
-def command_stats(client: redis.Redis) -> dict[str, tuple[int, int]]:
-    """Server-side (calls, usec) per command, from INFO commandstats."""
-    stats = client.info("commandstats")
-    return {name.removeprefix("cmdstat_"): (int(s["calls"]), int(s["usec"]))
-            for name, s in stats.items()}
-
-
-def command_delta(before: dict[str, tuple[int, int]],
-                  after: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
-    """Calls and usec per command between two command_stats (the INFO calls left out)."""
-    delta = {}
-    for name, (calls, usec) in after.items():
-        old_calls, old_usec = before.get(name, (0, 0))
-        if name != "info" and calls > old_calls:
-            delta[name] = (calls - old_calls, usec - old_usec)
-    return delta
-
-
-def redis_cpu_seconds(client: redis.Redis) -> float:
-    """CPU time the redis-server process has used (user + system), from INFO cpu."""
-    cpu = client.info("cpu")
-    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
-
-
-class RoundTrips:
-    """Counts client round trips: every command and every pipeline goes out through one
-    send_packed_command call of a redis-py connection (patched while counting)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    @contextmanager
-    def counting(self) -> Iterator[RoundTrips]:
-        connection_class = redis.connection.AbstractConnection
-        original = connection_class.send_packed_command
-
-        def counted(connection: Any, *args: Any, **kwargs: Any) -> Any:
-            self.count += 1
-            return original(connection, *args, **kwargs)
-
-        connection_class.send_packed_command = counted  # type: ignore[method-assign]
-        try:
-            yield self
-        finally:
-            connection_class.send_packed_command = original  # type: ignore[method-assign]
-
-
 # -- servers ---------------------------------------------------------------------------
 
 
 @contextmanager
-def bench_server(*extra_args: str) -> Iterator[RedisServer]:
-    """A redis-server of our own on a free port, in a temp dir, persisting nothing; DEBUG
-    is enabled so benchmarks can load tree snapshots (DEBUG RELOAD NOSAVE)."""
-    server = RedisServer("--enable-debug-command", "yes", *extra_args)
-    try:
-        yield server
-    finally:
-        server.stop()
+def bench_server(*extra_args: str, persistent: bool = False) -> Iterator[RedisServer]:
+    """A redis-server of our own on a free port, in a temp dir, with DEBUG enabled so
+    benchmarks can load tree snapshots (DEBUG RELOAD NOSAVE). It persists nothing, unless
+    `persistent`: then it runs deploy/redis.conf (AOF everysec, RDB snapshots) in its
+    temp dir (Redis checks the file's `dir /data` before the command line can move it,
+    so the copy it reads leaves that line out)."""
+    with tempfile.TemporaryDirectory(prefix="mooncake-bench-conf-") as conf_dir:
+        config = None
+        if persistent:
+            config = Path(conf_dir) / "redis.conf"
+            config.write_text("".join(line for line in DEPLOY_CONF.read_text().splitlines(True)
+                                      if not line.startswith("dir ")))
+        server = RedisServer("--enable-debug-command", "yes", *extra_args, config_file=config)
+        try:
+            yield server
+        finally:
+            server.stop()
 
 
 def connect(server: RedisServer) -> redis.Redis:
@@ -208,8 +189,11 @@ def connect(server: RedisServer) -> redis.Redis:
     return redis.Redis.from_url(server.url, decode_responses=True, socket_timeout=None)
 
 
-def open_index(server: RedisServer, namespace: str = NAMESPACE, **config: Any) -> Index:
-    return Index.from_url(server.url, namespace=namespace, **config)
+def open_index(server: RedisServer, namespace: str = NAMESPACE, **settings: Any) -> Index:
+    """An Index on the server, its scripts loaded, so no NOSCRIPT round trip is timed."""
+    index = Index.from_url(server.url, namespace=namespace, **settings)
+    load_scripts(index.client, shared_scripts().all)
+    return index
 
 
 def used_memory(client: redis.Redis) -> int:
@@ -218,54 +202,8 @@ def used_memory(client: redis.Redis) -> int:
 
 # -- trees -----------------------------------------------------------------------------
 
-Page = tuple[str, "str | None"]
-"""(prefix hash, parent hash or None for a root), parents always before children."""
-
-
-def random_hash(rng: random.Random) -> str:
-    return f"{rng.getrandbits(256):064x}"
-
-
-def chat_pages(seed: int) -> Iterator[Page]:
-    """An endless chat-shaped tree: 16 system prompts of 8 pages; each conversation starts
-    at a system prompt (or, one in four, branches off a page of a recent conversation)
-    and runs 1-8 turns of 2-10 pages, each page the child of the one before."""
-    rng = random.Random(seed)
-    system_tips: dict[int, str] = {}
-    recent: deque[str] = deque(maxlen=4096)
-    while True:
-        if recent and rng.random() < BRANCH_PROBABILITY:
-            parent: str | None = recent[rng.randrange(len(recent))]
-        else:
-            prompt = rng.randrange(SYSTEM_PROMPTS)
-            if prompt not in system_tips:
-                parent = None
-                for _ in range(SYSTEM_PAGES):
-                    page = random_hash(rng)
-                    yield page, parent
-                    parent = page
-                system_tips[prompt] = page
-            parent = system_tips[prompt]
-        for _ in range(rng.randint(1, 8) * rng.randint(2, 10)):
-            page = random_hash(rng)
-            yield page, parent
-            recent.append(page)
-            parent = page
-
-
-def chain_pages(rng: random.Random, length: int) -> list[Page]:
-    """One conversation of `length` pages under a fresh root."""
-    pages: list[Page] = []
-    parent: str | None = None
-    for _ in range(length):
-        page = random_hash(rng)
-        pages.append((page, parent))
-        parent = page
-    return pages
-
-
-def page_keys(prefix_hash: str) -> list[str]:
-    return [f"{prefix_hash}_0_{half}" for half in "kv"[:KEYS_PER_PAGE]]
+def chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+    return [items[start:start + size] for start in range(0, len(items), size)]
 
 
 def store_pages(index: Index, pages: Iterable[Page], total: int, label: str) -> None:
@@ -274,11 +212,14 @@ def store_pages(index: Index, pages: Iterable[Page], total: int, label: str) -> 
     iterator = iter(pages)
     with tqdm(total=total * KEYS_PER_PAGE, unit="obj", desc=label, leave=False) as bar:
         while chunk := list(islice(iterator, BUILD_PAGES)):
-            items = [(key, OBJECT_BYTES, parent) for page, parent in chunk
-                     for key in page_keys(page)]
-            index.batch_put_start(items)
-            index.batch_put_end([key for key, _, _ in items])
+            items = put_items(chunk)
+            refused = [r for r in index.batch_put_start(items) if not r.ok]
+            refused += [r for r in index.batch_put_end([key for key, _, _ in items]) if not r.ok]
+            if refused:
+                raise RuntimeError(f"building a tree: {len(refused)} refused, e.g. "
+                                   f"{refused[0].key}: {refused[0].error}")
             bar.update(len(items))
+    index.close()  # the last batch's deferred cleanups (confirmed pending links)
 
 
 @dataclass(frozen=True)
@@ -289,6 +230,7 @@ class Snapshot:
     objects: int
     nodes: int
     build_seconds: float
+    """Wall time of building this size from empty (batch_put_start + batch_put_end)."""
     used_memory_delta: int
     """used_memory growth while this size was built incrementally from an empty server."""
 
@@ -306,11 +248,16 @@ class TreeSnapshots:
         self._snapshots: dict[int, Snapshot] = {}
 
     def fingerprint(self) -> str:
+        """The library's code and the source of everything that shapes the trees."""
         digest = hashlib.sha256(f"{self.seed}:{KEYS_PER_PAGE}:{OBJECT_BYTES}".encode())
         for path in sorted([*ROOT.glob("lua/*.lua"), *ROOT.glob("mooncake_redis/*.py"),
-                            Path(__file__)]):
+                            Path(__file__).with_name("trees.py")]):
             digest.update(path.read_bytes())
+        digest.update(inspect.getsource(store_pages).encode())
         return digest.hexdigest()[:16]
+
+    def built(self) -> list[Snapshot]:
+        return [self._snapshots[size] for size in sorted(self._snapshots)]
 
     def prepare(self, sizes: Iterable[int]) -> None:
         """Build every size not built yet (or reuse a kept one with the same fingerprint)."""
@@ -374,3 +321,5 @@ class Context:
     scale: Scale
     snapshots: TreeSnapshots
     seed: int
+    skip_peer: bool = False
+    """Leave out the Mooncake master even where it can run."""

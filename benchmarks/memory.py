@@ -1,13 +1,16 @@
-"""Memory: Redis bytes per object and per node, encodings per key kind, and what settings change."""
+"""Memory: Redis bytes per node (of two objects) at 1M objects, per key kind, leaves and
+interior nodes apart, and what Redis's encoding settings change."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 import redis
 
 from .common import (
+    DEPLOY_CONF,
     NAMESPACE,
     BenchmarkResult,
     Context,
@@ -18,25 +21,32 @@ from .common import (
     open_index,
     used_memory,
 )
+from .trees import KEYS_PER_PAGE
 
 NAME = "memory"
-NODE_KINDS = ("obj", "node", "children", "keys")
-"""The kinds with one key per object or node: what the settings decide the encoding of."""
 MIB = 1 << 20
+CLASSIFY_CHUNK = 1000
 
-RECOMMENDED = {"zset-max-listpack-value": "128"}
-"""Object keys are 68+ characters (`<64 hex>_0_k`; MHA+TP keys longer still), past the
-default 64 of zset-max-listpack-value, which turns every node's small keys ZSET into a
-skiplist. 128 keeps them listpacks; the per-shard indexes stay skiplists (their entry
-count, not their value length, is over the limit)."""
+ENCODING_SETTINGS = ("hash-max-listpack-entries", "hash-max-listpack-value",
+                     "zset-max-listpack-entries", "zset-max-listpack-value")
+"""The settings that decide how a node hash and the shard indexes are encoded."""
+
+
+def deploy_settings() -> dict[str, str]:
+    """The encoding settings deploy/redis.conf changes from the defaults."""
+    settings = {}
+    for line in DEPLOY_CONF.read_text().splitlines():
+        words = line.split()
+        if len(words) == 2 and words[0] in ENCODING_SETTINGS:
+            settings[words[0]] = words[1]
+    return settings
+
 
 VARIANTS: dict[str, dict[str, str]] = {
     "Redis defaults": {},
-    "recommended": RECOMMENDED,
+    "deploy/redis.conf": deploy_settings(),
     "no listpacks (entries 0)": {"hash-max-listpack-entries": "0",
-                                 "zset-max-listpack-entries": "0",
-                                 "set-max-listpack-entries": "0",
-                                 "set-max-intset-entries": "0"},
+                                 "zset-max-listpack-entries": "0"},
 }
 """Settings compared on the same data: each applied with CONFIG SET, then DEBUG RELOAD
 re-encodes every key under it (save, flush, load)."""
@@ -47,10 +57,40 @@ def tree_sizes(scale: Scale) -> list[int]:
 
 
 def kind_of(key: str) -> str:
-    """The word after the shard tag (obj, node, children, keys, leaves, objects, ...), or
-    after the namespace for namespace-wide keys (config, usage)."""
+    """The word after the shard tag (n, leaves, pending, stats, events ...), or after the
+    namespace for namespace-wide keys (settings)."""
     parts = key.split(":")
-    return parts[2] if parts[1].startswith("{") else parts[1]
+    return parts[2] if len(parts) > 2 and parts[1].startswith("{") else parts[1]
+
+
+def node_class(children: str | None, objects: str | None) -> str:
+    """leaf (objects, no children), interior (children and objects), shell (children only)."""
+    if int(children or 0) == 0:
+        return "node: leaf"
+    return "node: interior" if int(objects or 0) else "node: shell"
+
+
+def classified(client: redis.Redis) -> Iterator[tuple[str, str]]:
+    """(kind, key) of every key of the namespace; node keys by their class."""
+    nodes: list[str] = []
+
+    def flush() -> Iterator[tuple[str, str]]:
+        pipe = client.pipeline(transaction=False)
+        for key in nodes:
+            pipe.hmget(key, "nc", "no")
+        for key, (children, objects) in zip(nodes, pipe.execute()):
+            yield node_class(children, objects), key
+        nodes.clear()
+
+    for key in client.scan_iter(match=f"{NAMESPACE}:*", count=1000):
+        kind = kind_of(key)
+        if kind != "n":
+            yield kind, key
+            continue
+        nodes.append(key)
+        if len(nodes) >= CLASSIFY_CHUNK:
+            yield from flush()
+    yield from flush()
 
 
 def census(client: redis.Redis, per_kind: int) -> tuple[Counter[str], dict[str, list[str]]]:
@@ -58,8 +98,7 @@ def census(client: redis.Redis, per_kind: int) -> tuple[Counter[str], dict[str, 
     meets (SCAN's order is the hash table's, so effectively random)."""
     counts: Counter[str] = Counter()
     samples: dict[str, list[str]] = defaultdict(list)
-    for key in client.scan_iter(match=f"{NAMESPACE}:*", count=1000):
-        kind = kind_of(key)
+    for kind, key in classified(client):
         counts[kind] += 1
         if len(samples[kind]) < per_kind:
             samples[kind].append(key)
@@ -67,7 +106,8 @@ def census(client: redis.Redis, per_kind: int) -> tuple[Counter[str], dict[str, 
 
 
 def describe(client: redis.Redis, keys: list[str]) -> dict[str, Any]:
-    """Type, encodings (share of samples) and mean MEMORY USAGE of one kind's samples."""
+    """Type, encodings (share of samples), mean MEMORY USAGE and mean field count (hashes)
+    of one kind's samples."""
     if not keys:
         return {"type": "-", "encodings": {}, "mean_bytes": 0.0, "samples": 0}
     pipe = client.pipeline(transaction=False)
@@ -77,9 +117,15 @@ def describe(client: redis.Redis, keys: list[str]) -> dict[str, Any]:
         pipe.memory_usage(key, samples=0)
     replies = pipe.execute()
     encodings = Counter(replies[1::3])
-    return {"type": replies[0], "samples": len(keys),
+    info = {"type": replies[0], "samples": len(keys),
             "encodings": {name: count / len(keys) for name, count in encodings.most_common()},
             "mean_bytes": sum(replies[2::3]) / len(keys)}
+    if replies[0] == "hash":
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hlen(key)
+        info["mean_fields"] = sum(pipe.execute()) / len(keys)
+    return info
 
 
 def encoding_text(encodings: dict[str, float]) -> str:
@@ -88,14 +134,16 @@ def encoding_text(encodings: dict[str, float]) -> str:
 
 
 def compare_settings(client: redis.Redis, samples: dict[str, list[str]], empty: int,
-                     objects: int) -> tuple[Table, list[dict[str, Any]]]:
+                     nodes: int) -> tuple[Table, list[dict[str, Any]]]:
     """Each variant on the same data: its settings (the others at their defaults), then
     DEBUG RELOAD, which re-encodes every key as Redis would have built it."""
     names = sorted({name for settings in VARIANTS.values() for name in settings})
-    defaults = {name: value for name in names for value in client.config_get(name).values()}
+    defaults: dict[str, str] = {name: str(value) for name in names
+                                for value in client.config_get(name).values()}
+    node_kinds = sorted(kind for kind in samples if kind.startswith("node"))
     table = Table("Redis settings on the same data (CONFIG SET, then DEBUG RELOAD)",
-                  ["settings", "applied", "used_memory MiB", "bytes per object", "vs defaults",
-                   *(f"{kind} encoding" for kind in NODE_KINDS)])
+                  ["settings", "applied", "used_memory MiB", "bytes per node", "vs defaults",
+                   *(f"{kind} encoding" for kind in node_kinds)])
     variants: list[dict[str, Any]] = []
     for name, settings in VARIANTS.items():
         applied = {key: value for key, value in settings.items() if key in defaults}
@@ -103,16 +151,17 @@ def compare_settings(client: redis.Redis, samples: dict[str, list[str]], empty: 
             client.config_set(key, value)
         client.execute_command("DEBUG", "RELOAD")
         grown = used_memory(client) - empty
-        encodings = {kind: describe(client, samples[kind])["encodings"] for kind in NODE_KINDS}
-        variant = {"name": name, "applied": applied,
-                   "unknown_to_this_redis": sorted(set(settings) - set(applied)),
-                   "used_memory_delta": grown, "bytes_per_object": grown / objects,
+        encodings = {kind: describe(client, samples[kind])["encodings"] for kind in node_kinds}
+        variant = {"name": name, "applied": applied, "used_memory_delta": grown,
+                   "bytes_per_node": grown / nodes,
                    "vs_defaults": grown / variants[0]["used_memory_delta"] if variants else 1.0,
                    "encodings": encodings}
         variants.append(variant)
         table.rows.append([name, " ".join(f"{k} {v}" for k, v in applied.items()) or "-",
-                           grown / MIB, variant["bytes_per_object"], variant["vs_defaults"],
-                           *(encoding_text(encodings[kind]) for kind in NODE_KINDS)])
+                           grown / MIB, variant["bytes_per_node"], variant["vs_defaults"],
+                           *(encoding_text(encodings[kind]) for kind in node_kinds)])
+    for key, value in defaults.items():
+        client.config_set(key, value)
     return table, variants
 
 
@@ -120,37 +169,45 @@ def run(context: Context) -> BenchmarkResult:
     scale = context.scale
     with bench_server() as server:
         client = connect(server)
+        settings = {name: value for name in ENCODING_SETTINGS
+                    for value in client.config_get(name).values()}
         empty = used_memory(client)
         snapshot = context.snapshots.load(server, scale.memory_objects)
         loaded = used_memory(client) - empty
         usage = open_index(server).usage()
         counts, samples = census(client, scale.memory_samples)
         kinds = {kind: {"count": count, **describe(client, samples[kind])}
-                 for kind, count in counts.most_common()}
-        settings_table, variants = compare_settings(client, samples, empty, usage.objects)
+                 for kind, count in sorted(counts.items())}
+        settings_table, variants = compare_settings(client, samples, empty, usage.nodes)
 
-    kinds_table = Table(f"Memory per key kind at {usage.objects:,} objects, {usage.nodes:,} "
-                        "nodes (MEMORY USAGE SAMPLES 0 of sampled keys, Redis defaults)",
-                        ["key kind", "type", "count", "encoding", "mean bytes", "est. total MiB",
-                         "bytes per object"])
+    kinds_table = Table(
+        f"Memory per key kind at {usage.objects:,} objects, {usage.nodes:,} nodes "
+        "(MEMORY USAGE SAMPLES 0 of sampled keys, Redis defaults)",
+        ["key kind", "type", "count", "encoding", "fields (mean)", "mean bytes",
+         "est. total MiB", "bytes per node"])
     for kind, info in kinds.items():
         total = info["mean_bytes"] * info["count"]
         kinds_table.rows.append([kind, info["type"], info["count"],
-                                 encoding_text(info["encodings"]), info["mean_bytes"],
-                                 total / MIB, total / usage.objects])
+                                 encoding_text(info["encodings"]), info.get("mean_fields"),
+                                 info["mean_bytes"], total / MIB, total / usage.nodes])
     totals = {"objects": usage.objects, "nodes": usage.nodes,
+              "objects_per_node": usage.objects / usage.nodes,
               "used_memory_delta_loaded": loaded,
               "used_memory_delta_built": snapshot.used_memory_delta,
               "bytes_per_object": loaded / usage.objects, "bytes_per_node": loaded / usage.nodes,
-              "estimated_from_kinds": sum(k["mean_bytes"] * k["count"] for k in kinds.values())}
-    totals_table = Table("Memory totals (used_memory growth; per object and per node are the "
-                         "same total divided two ways)", ["measure", "value"],
-                         [["objects", usage.objects], ["nodes", usage.nodes],
-                          ["used_memory growth, RDB loaded (MiB)", loaded / MIB],
-                          ["used_memory growth, built through the API (MiB)",
-                           snapshot.used_memory_delta / MIB],
-                          ["sum of per-kind estimates (MiB)", totals["estimated_from_kinds"] / MIB],
-                          ["bytes per object", totals["bytes_per_object"]],
-                          ["bytes per node", totals["bytes_per_node"]]])
+              "estimated_from_kinds": sum(k["mean_bytes"] * k["count"] for k in kinds.values()),
+              "redis_settings": settings,
+              "node_bytes": {kind: info["mean_bytes"] for kind, info in kinds.items()
+                             if kind.startswith("node")}}
+    totals_table = Table(
+        f"Memory totals (used_memory growth from an empty server; {KEYS_PER_PAGE} objects "
+        "per node)", ["measure", "value"],
+        [["objects", usage.objects], ["nodes", usage.nodes],
+         ["Redis encoding settings", " ".join(f"{k} {v}" for k, v in settings.items())],
+         ["used_memory growth, RDB loaded (MiB)", loaded / MIB],
+         ["used_memory growth, built through the API (MiB)", snapshot.used_memory_delta / MIB],
+         ["sum of per-kind estimates (MiB)", totals["estimated_from_kinds"] / MIB],
+         ["bytes per node (all keys)", totals["bytes_per_node"]],
+         ["bytes per object (all keys)", totals["bytes_per_object"]]])
     return BenchmarkResult([totals_table, kinds_table, settings_table],
                            {"totals": totals, "kinds": kinds, "settings": variants})
