@@ -5,24 +5,29 @@
 -- (allow-oom): a step 2 sent behind it must never find it refused, and a step 2 refused
 -- for memory only leaves a pending link to settle.
 -- KEYS: 1-7 the shard's keys, then the parent nodes
--- ARGV: 1-3 header (_lib.lua), 4 batch id, then 5 per item: parent key index, parent hash,
+-- ARGV: 1-3 header (_lib.lua), 4 batch id, then 6 per item: parent key index, parent hash,
 --       child hash, the child's field name in the parent ('' = the child hash itself, as for
---       every 64-hex child; else c:<hash>), epoch
+--       every 64-hex child; else c:<hash>), epoch, whether this batch also writes the
+--       parent (0|1: then an existing parent without parent or children gets the batch
+--       marker too, sparing its step 2 a cycle walk)
 -- Returns: one per item: 1 if the child field was written or raised (pending entry added),
 --          0 if the parent already listed the child at this epoch or a newer one
 local batch = ARGV[4]
 local function field_name(a)
   return ARGV[a + 3] ~= '' and ARGV[a + 3] or ARGV[a + 2]
 end
-for a = 5, #ARGV, 5 do want(KEYS[tonumber(ARGV[a])], field_name(a)) end
+for a = 5, #ARGV, 6 do want(KEYS[tonumber(ARGV[a])], field_name(a)) end
 
 local results = {}
-for a = 5, #ARGV, 5 do
+for a = 5, #ARGV, 6 do
   local n = node(KEYS[tonumber(ARGV[a])], ARGV[a + 1])
   local child, epoch, name = ARGV[a + 2], tonumber(ARGV[a + 4]), field_name(a)
   if not n.exists then
     create(n)
     n.lb = batch  -- every child of this shell comes from this batch, for now
+    n.d.p = true
+  elseif ARGV[a + 5] == '1' and not n.p and not n.lb and (n.nc or 0) == 0 then
+    n.lb = batch  -- no parent, no child yet: its children are this batch's, for now
     n.d.p = true
   elseif n.lb and n.lb ~= batch then
     n.lb = nil

@@ -53,10 +53,12 @@ def new_leaves(flat: Sequence[str]) -> list[NewLeaf]:
 
 
 def add_link(links: ShardCalls[Any], ctx: Context, parent: str, child: str, epoch: int | str,
-             tag: Any = None) -> None:
-    """Queue step 1 of a link (lua/link.lua) on the parent's shard call."""
+             tag: Any = None, parent_written: bool = False) -> None:
+    """Queue step 1 of a link (lua/link.lua) on the parent's shard call; parent_written:
+    the same batch writes the parent too (its step 2 may then skip the cycle walk)."""
     call = links.add(ctx.shard(parent), tag)
-    call.item(call.node(parent), parent, child, child_field_argument(child), epoch)
+    call.item(call.node(parent), parent, child, child_field_argument(child), epoch,
+              "1" if parent_written else "0")
 
 
 def add_unlink(unlinks: ShardCalls[Any], ctx: Context, parent: str, child: str,

@@ -100,8 +100,10 @@ class Settings:
     resolver_grace_ms: int = 10_000
     """The resolver settles pending links and unfinished unlinks older than this."""
 
-    events_max_len: int = 1000
-    """Events kept per shard stream (approximate, MAXLEN ~); 0 = no events."""
+    events_max_len: int = 128
+    """Events kept per shard stream (approximate, MAXLEN ~); 0 = no events. All 256
+    streams together hold about 256 x this many entries (~270 B each); a consumer that
+    reads slower than that must raise it (docs/ARCHITECTURE.md, events)."""
 
     @property
     def eviction_target_ratio(self) -> float:

@@ -37,9 +37,9 @@ def put(prefix_hash: str, parent: str | None = None, rank: int = 0, end: bool = 
     return operation
 
 
-def batch_put(*items: tuple[str, str | None]):
+def batch_put(*items: tuple[str, str | None], rank: int = 0):
     def operation(index: Index) -> list[bool]:
-        results = index.batch_put_start([(f"{h}_0_k", 10, p) for h, p in items])
+        results = index.batch_put_start([(f"{h}_{rank}_k", 10, p) for h, p in items])
         return [r.ok for r in results]
     return operation
 
@@ -117,6 +117,10 @@ SCENARIOS = [
              [evict, put(C, P, rank=1)], crashable=[1], preemptions=PREEMPTIONS),
     Scenario("chain batch/removal in the middle", setup(put(A), put(B, A), put(C, B)),
              [batch_put((D, C), (P, D)), remove(B)], crashable=[0, 1]),
+    Scenario("batch marker on an existing root/crossed writer",
+             setup(put(A), put(B)),
+             [batch_put((A, B), (B, None), rank=1), put(B, A, rank=2)], crashable=[0, 1],
+             check_end=not_both_linked),
     Scenario("put/resolver", setup(put(A)),
              [put(B, A), resolver], crashable=[0], preemptions=PREEMPTIONS),
     Scenario("three writers closing a cycle", setup(),

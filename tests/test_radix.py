@@ -240,3 +240,14 @@ def test_tree_operations_are_refused_when_the_tree_is_disabled(make_index) -> No
         index.get_keys_by_prefix(B)
     with pytest.raises(RadixTreeDisabled):
         index.register_radix_tree_node(B, A, [f"{B}_0_k"])
+
+
+def test_a_batch_linking_into_a_node_with_earlier_children_still_walks(index: Index) -> None:
+    """The batch marker spares a cycle walk only for a node whose children all came from
+    this batch; D had a child (A) before, so linking D under A (closing D -> A -> D) while
+    the same batch links C under D must be walked and refused."""
+    put(index, D)
+    put(index, A, parent=D)
+    results = index.batch_put_start([(f"{C}_0_k", 1, D), (f"{D}_1_k", 1, A)])
+    assert results[0].ok and isinstance(results[1].error, CycleDetected)
+    assert_consistent(index)
