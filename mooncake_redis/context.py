@@ -266,15 +266,16 @@ class Context:
     # -- names ---------------------------------------------------------------------------
 
     def key(self, value: Any) -> str:
-        return check_text(value, "object key", self.settings.max_key_length)
+        return check_text(value, "object key", self._settings.max_key_length)
 
     def split(self, key: Any) -> tuple[str, str]:
-        """(prefix hash, suffix) of an object key, validated."""
+        """(prefix hash, suffix) of an object key, validated (with the settings as last
+        read: callers refresh them once per call, not per key)."""
         return split_key(self.extractor.prefix, self.key(key))
 
     def prefix_hash(self, value: Any, what: str = "prefix hash") -> str:
         """A prefix hash given by a caller, well-formed under the namespace's rule."""
-        text = check_text(value, what, self.settings.max_key_length)
+        text = check_text(value, what, self._settings.max_key_length)
         if not self.extractor.is_hash(text):
             raise InvalidArgument(
                 f"{what} {text!r} is not a prefix hash: under the {self.extractor.name!r} rule "

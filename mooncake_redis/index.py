@@ -100,11 +100,12 @@ class Index:
         Redis for the whole batch, links included; one Result per item."""
         pins = (SOFT_PIN if check_flag(soft_pin, "soft_pin") else 0) | \
             (HARD_PIN if check_flag(hard_pin, "hard_pin") else 0)
-        tree_on = self.settings.enable_radix_tree
+        settings = self.settings  # read (and refreshed if due) once per call
+        tree_on = settings.enable_radix_tree
         writes = []
         for key, size, parent in check_items(items, "put_start item", (2, 3)):
             prefix_hash, suffix = self.ctx.split(key)
-            size = check_size(size, self.settings.max_object_size)
+            size = check_size(size, settings.max_object_size)
             if parent is not None and tree_on:
                 parent = self.ctx.prefix_hash(parent, "parent_block_hash")
                 if not self.ctx.extractor.is_hash(prefix_hash):
@@ -267,6 +268,7 @@ class Index:
         if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
             raise InvalidArgument(f"keys must be a list of object keys, got "
                                   f"{type(keys).__name__}")
+        self.settings  # noqa: B018  # refresh the settings (if due) once, not per key
         targets = [(key, *self.ctx.split(key)) for key in keys]
         if unique:
             check_unique([key for key, _, _ in targets], "object key")

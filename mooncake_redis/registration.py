@@ -34,7 +34,7 @@ MAX_SENDS = 4
 NEEDS_WALK = "walk"
 
 
-@dataclass
+@dataclass(slots=True)
 class Write:
     """One item: an object to put_start (`suffix` set), or a node to register (the
     suffixes of the stored objects to check in `registered`)."""
@@ -56,9 +56,11 @@ class Write:
     epoch: int = 0
     """The epoch of the send that wrote it."""
 
-    @property
-    def link(self) -> Link | None:
-        return (self.prefix_hash, self.parent) if self.parent else None
+    link: Link | None = field(init=False, default=None)
+    """(node, parent), or None without a parent."""
+
+    def __post_init__(self) -> None:
+        self.link = (self.prefix_hash, self.parent) if self.parent else None
 
     @property
     def object_key(self) -> str | None:

@@ -13,10 +13,12 @@ from typing import Any
 
 from tqdm import tqdm
 
-from mooncake_redis.config import DEFAULT_URL, ENV_URL
 from mooncake_redis.connection import redact
 from mooncake_redis.errors import NoSpace
 from mooncake_redis.index import Index
+from mooncake_redis.models import raise_first
+from mooncake_redis.prefix import SHARD_COUNT
+from mooncake_redis.settings import DEFAULT_URL, ENV_URL
 from mooncake_redis.sim.kv_layout import KV_SUFFIXES, kv_object_bytes
 from mooncake_redis.sim.report import format_table, write_results
 from mooncake_redis.sim.workload import SpanKind, Workload, page_chains
@@ -33,6 +35,15 @@ MODES: tuple[tuple[str, bool], ...] = (("radix", True), ("lease", False))
 READ_LEASE_TTL_MS = 1
 """A read pins its pages only while the engine copies them: with the default 10 s lease
 everything read in a short replay would stay pinned and nothing would be evictable."""
+
+SERVICE_CAPACITY_FACTOR = SHARD_COUNT
+"""The service's own capacity_bytes, as a multiple of the simulated pool's. The service
+admits per shard (docs/ARCHITECTURE.md, admission): a shard's limit is its share of the
+free space, so a pool must hold thousands of objects before no shard refuses an object
+while others have room. The simulated pools are far smaller (hundreds of pages, to replay
+in seconds), so the replay admits against the namespace-wide used bytes itself, as one
+whole-pool check, and gives the service a capacity at which no shard ever refuses first:
+what is compared is the eviction order, not the admission granularity."""
 
 EVICTIONS_PER_STORE = 8
 """Eviction jobs one request may run to make room for its pages. One is enough unless an
@@ -172,6 +183,8 @@ class _EngineReplay:
     index: Index
     layout: PageLayout
     parents: Mapping[str, str | None]
+    capacity_bytes: int
+    """The simulated pool (the service's own capacity is SERVICE_CAPACITY_FACTOR times it)."""
     used_bytes: int = 0
     """Tracked here (this replay is the namespace's only writer) so the watermark check
     needs no usage() round trip over every shard per request."""
@@ -197,7 +210,7 @@ class _EngineReplay:
     def _usable_prefix(self, chain: list[str], stored: list[list[bool]]) -> int:
         """With the tree, match_prefix; without it (match_prefix is refused), the leading
         run of pages whose objects all exist: what an engine without the tree probes."""
-        if self.index.config.enable_radix_tree:
+        if self.index.settings.enable_radix_tree:
             return self.index.match_prefix(chain)
         for position, page_stored in enumerate(stored):
             if not all(page_stored):
@@ -221,8 +234,7 @@ class _EngineReplay:
             # holds their KV and writes them back, so no page is stored under a dead parent.
             missing_pages, items = self._missing(chain, self._stored_keys(chain))
         self.counters.pages_stored += missing_pages
-        config = self.index.config
-        if self.used_bytes > config.high_watermark * config.capacity_bytes:
+        if self.used_bytes > self.index.settings.high_watermark * self.capacity_bytes:
             self._evict(need_bytes=0)
 
     def _missing(self, chain: list[str], stored: list[list[bool]]
@@ -240,21 +252,28 @@ class _EngineReplay:
         return len(positions), items
 
     def _put(self, items: list[tuple[str, int, str | None]]) -> bool:
-        try:
-            self.index.batch_put_start(items)
-        except NoSpace:
+        """put_start the items and put_end those admitted. False when any was refused
+        for space (the caller evicts and re-reads what is stored); other refusals are
+        bugs of the replay and raise."""
+        if self.used_bytes + sum(size for _, size, _ in items) > self.capacity_bytes:
             return False
-        self.index.batch_put_end([key for key, _, _ in items])
-        self.used_bytes += sum(size for _, size, _ in items)
-        return True
+        results = self.index.batch_put_start(items)
+        admitted = [result.key for result in results if result.ok]
+        for result in results:
+            if result.error is not None and not isinstance(result.error, NoSpace):
+                raise result.error
+        raise_first(self.index.batch_put_end(admitted))
+        self.used_bytes += sum(size for (_, size, _), result in zip(items, results)
+                               if result.ok)
+        return len(admitted) == len(items)
 
     def _evict(self, need_bytes: int) -> int:
         """One eviction job, down to the usual target, or lower when a batch needs more
         room. Returns how many objects it evicted."""
-        config = self.index.config
-        capacity = config.capacity_bytes
-        room_ratio = max(0.0, (capacity - need_bytes) / capacity)
-        report = self.index.evict(min(config.eviction_target_ratio, room_ratio))
+        capacity = self.capacity_bytes
+        target_bytes = min(self.index.settings.eviction_target_ratio * capacity,
+                           max(0, capacity - need_bytes))
+        report = self.index.evict(target_bytes / (capacity * SERVICE_CAPACITY_FACTOR))
         self.used_bytes = report.used_bytes
         self.counters.eviction_jobs += 1
         self.counters.evicted_objects += report.objects
@@ -277,7 +296,8 @@ def open_mode_index(url: str | None, namespace: str, enable_radix_tree: bool,
                     capacity_bytes: int) -> Index:
     """A namespace emptied of an earlier run (a real Redis keeps them), configured for one mode."""
     index = Index.from_url(url, namespace=namespace, enable_radix_tree=enable_radix_tree,
-                           capacity_bytes=capacity_bytes, lease_ttl_ms=READ_LEASE_TTL_MS)
+                           capacity_bytes=capacity_bytes * SERVICE_CAPACITY_FACTOR,
+                           lease_ttl_ms=READ_LEASE_TTL_MS)
     index.remove_all(force=True)
     return index
 
@@ -288,10 +308,11 @@ def replay_mode(
     requests: Sequence[list[str]],
     layout: PageLayout,
     parents: Mapping[str, str | None],
+    capacity_bytes: int,
     show_progress: bool,
 ) -> ServiceRunMetrics:
     """Serve every request in order on one namespace; count orphans from the store at the end."""
-    replay = _EngineReplay(index, layout, parents)
+    replay = _EngineReplay(index, layout, parents, capacity_bytes)
     started = time.perf_counter()
     for chain in tqdm(requests, desc=f"sim redis {mode}", unit="request",
                       disable=not show_progress):
@@ -301,9 +322,9 @@ def replay_mode(
     counters = replay.counters
     return ServiceRunMetrics(
         mode=mode,
-        enable_radix_tree=index.config.enable_radix_tree,
-        namespace=index.schema.namespace,
-        capacity_bytes=index.config.capacity_bytes,
+        enable_radix_tree=index.settings.enable_radix_tree,
+        namespace=index.namespace,
+        capacity_bytes=capacity_bytes,
         hit_rate=counters.reused_pages / max(1, counters.requested_pages),
         orphaned_pages=final.pages,
         orphaned_bytes=final.bytes,
@@ -331,7 +352,8 @@ def replay_on_service(
     for mode, enable_radix_tree in MODES:
         index = open_mode_index(url, mode_namespace(namespace, mode), enable_radix_tree,
                                 capacity_bytes)
-        results.append(replay_mode(index, mode, requests, layout, parents, show_progress))
+        results.append(replay_mode(index, mode, requests, layout, parents, capacity_bytes,
+                                   show_progress))
     return results
 
 

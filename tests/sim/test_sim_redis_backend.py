@@ -71,7 +71,7 @@ def test_leaf_first_eviction_never_orphans_a_page_and_leaves_a_sound_tree(
     url, results = pressured_run
     radix = results["radix"]
     assert radix.orphaned_pages == radix.orphaned_bytes == radix.peak_orphaned_bytes == 0
-    assert check(Index.from_url(url, namespace=radix.namespace)).clean
+    assert check(Index.from_url(url, namespace=radix.namespace).ctx).clean
 
 
 def test_lease_ordered_eviction_orphans_pages_and_reuses_less(
