@@ -195,7 +195,7 @@ class Context:
         return self._settings
 
     def reload_settings(self) -> Settings:
-        stored = self.client.hgetall(self.schema.settings)
+        stored = self.read("HGETALL", self.schema.settings)
         try:
             self._apply_settings(settings_from(stored))
         except ConfigurationError as error:  # keep working with what we had; say so once
@@ -218,6 +218,16 @@ class Context:
                 settings.link_epoch_horizon_ms]
 
     # -- batches -------------------------------------------------------------------------
+
+    def read(self, *command: Any) -> Any:
+        """One read-only command through the executor (re-sent if its reply is lost, like
+        every read; redis-py's own calls would raise ConnectionError instead)."""
+        batch = self.executor.batch()
+        batch.command(*command)
+        reply = batch.execute()[0]
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
 
     def batch(self) -> Batch:
         """A new batch, carrying any deferred cleanup commands first."""
@@ -253,7 +263,7 @@ class Context:
     # -- time ----------------------------------------------------------------------------
 
     def redis_time_ms(self) -> int:
-        seconds, microseconds = self.client.time()
+        seconds, microseconds = self.read("TIME")
         return int(seconds) * 1000 + int(microseconds) // 1000
 
     def epoch(self, at_least: int = 0) -> int:

@@ -295,8 +295,8 @@ class _Checker:
         node keys (a SCAN for this one shard), then the script, which gives up if any write
         ran since the counter was read; a few tries on a busy shard."""
         for _ in range(RECOUNT_TRIES):
-            writes = self.ctx.client.hget(self.ctx.schema.shard_keys(shard.name).stats,
-                                          "writes") or "0"
+            writes = self.ctx.read("HGET", self.ctx.schema.shard_keys(shard.name).stats,
+                                   "writes") or "0"
             node_keys = [key for page in scan_node_keys(self.ctx, shard.name) for key in page]
             call = self.ctx.shard_call("recount_shard", shard.name, writes)
             for key in sorted(node_keys):

@@ -81,4 +81,4 @@ def object_info(key: str, prefix_hash: str, value: str | None) -> ObjectInfo | N
 def peek(ctx: Context, key: str, prefix_hash: str, suffix: str) -> ObjectInfo | None:
     """An object's metadata without a lease (inspection)."""
     return object_info(key, prefix_hash,
-                       ctx.client.hget(ctx.schema.node(prefix_hash), object_field(suffix)))
+                       ctx.read("HGET", ctx.schema.node(prefix_hash), object_field(suffix)))

@@ -37,7 +37,7 @@ def get_node(ctx: Context, prefix_hash: str) -> NodeInfo | None:
 
 def keys_by_prefix(ctx: Context, prefix_hash: str) -> list[str]:
     """The object keys of one prefix: one HKEYS of its node, however big the store."""
-    fields = ctx.client.hkeys(ctx.schema.node(prefix_hash))
+    fields = ctx.read("HKEYS", ctx.schema.node(prefix_hash))
     return sorted(prefix_hash + f[2:] for f in fields if f.startswith("o:"))
 
 
