@@ -10,6 +10,7 @@ later ones pass untouched.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 
@@ -110,8 +111,6 @@ class LossyProxy:
 
 def _close(*sockets: socket.socket) -> None:
     for sock in sockets:
-        try:
+        with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         sock.close()
