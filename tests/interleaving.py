@@ -142,11 +142,15 @@ class Slot:
 
     def __init__(self, url: str, namespace: str, number: int):
         self.number = number
-        self.index = Index.from_url(url, namespace=namespace)
+        # reset() reloads the settings before every run: a refresh coming due inside a run
+        # would add a step that a replay of the same schedule does not have
+        self.index = Index.from_url(url, namespace=namespace, settings_refresh_seconds=3600)
         self.gate = Gate()
         run = self.index.ctx.executor.run
 
         def run_in_steps(queued: Sequence[Queued]) -> tuple[list[Any], set[int]]:
+            if not self.gated:
+                return run(queued)
             results: list[Any] = []
             resent: set[int] = set()
             start = 0
@@ -166,13 +170,17 @@ class Slot:
             return results, resent
 
         self.index.ctx.executor.run = run_in_steps  # type: ignore[method-assign]
+        self.gated = True
+        """False while the slot is prepared outside any schedule (its reads run at once)."""
 
     def reset(self, gate: Gate, clock: LogicalClock) -> None:
         ctx = self.index.ctx
         self.gate = gate
         ctx._deferred.clear()
         ctx._clock = clock  # type: ignore[assignment]
+        self.gated = False
         ctx.reload_settings()
+        self.gated = True
 
 
 @dataclass
