@@ -1,7 +1,7 @@
 # The mooncake-redis image: the library, the CLI, RQ workers and the monitor.
 FROM python:3.11-slim
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY mooncake_redis ./mooncake_redis
 COPY lua ./lua
 COPY workers ./workers

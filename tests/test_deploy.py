@@ -58,8 +58,10 @@ def test_worker_and_monitor_run_real_commands_with_real_options() -> None:
 
 def test_the_dockerfile_installs_the_package_with_its_lua_and_workers() -> None:
     lines = (ROOT / "Dockerfile").read_text().splitlines()
-    copied = {shlex.split(line)[1] for line in lines if line.startswith("COPY ")}
-    assert {"mooncake_redis", "lua", "workers"} <= copied
+    copied = {source for line in lines if line.startswith("COPY ")
+              for source in shlex.split(line)[1:-1]}
+    # pyproject.toml names README.md and LICENSE: the build fails without them.
+    assert {"pyproject.toml", "README.md", "LICENSE", "mooncake_redis", "lua", "workers"} <= copied
     assert any(line.startswith("RUN pip install") and line.endswith(" .") for line in lines)
     assert 'ENTRYPOINT ["mooncake-redis"]' in lines
 
