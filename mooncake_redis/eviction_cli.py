@@ -100,13 +100,15 @@ def cmd_monitor(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from .cli import at_least, non_negative
+
     evict = subparsers.add_parser(
         "evict", help="run one eviction job in the foreground (like Index.evict) and report "
                       "it; exit 1 if it stopped above its target")
     evict.add_argument("--target", type=ratio, default=None,
                        help="evict down to this fraction of capacity (0 = everything "
                             "evictable; default: high_watermark - eviction_ratio)")
-    evict.add_argument("--rounds", type=int, default=None,
+    evict.add_argument("--rounds", type=at_least(1), default=None,
                        help="round limit (default: the namespace's max_rounds_per_job)")
     evict.add_argument("--quiet", action="store_true", help="no progress bar")
     evict.set_defaults(func=cmd_evict)
@@ -120,8 +122,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "monitor", help="keep the shards' admission limits fresh and enqueue an eviction job "
                         "whenever usage is above the high watermark "
                         "(queue: $MOONCAKE_REDIS_QUEUE_URL)")
-    monitor.add_argument("--interval", type=float, default=1.0,
+    monitor.add_argument("--interval", type=non_negative, default=1.0,
                          help="seconds between checks (default: 1)")
-    monitor.add_argument("--iterations", type=int, default=None,
+    monitor.add_argument("--iterations", type=at_least(1), default=None,
                          help="stop after this many checks (default: run forever)")
     monitor.set_defaults(func=cmd_monitor)

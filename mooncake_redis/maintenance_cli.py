@@ -80,6 +80,8 @@ def shard(text: str) -> str:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from .cli import at_least
+
     fsck = subparsers.add_parser(
         "fsck", help="check every invariant of the tree and store (reads only); --repair "
                      "fixes what it can; exit 1 if problems are left")
@@ -88,7 +90,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            "data")
     fsck.add_argument("--shard", action="append", type=shard,
                       help="only this shard (repeatable; default: all 256, and cycles)")
-    fsck.add_argument("--show", type=int, default=20, help="problems listed (default: 20)")
+    fsck.add_argument("--show", type=at_least(0), default=20, help="problems listed (default: 20)")
     fsck.add_argument("--quiet", action="store_true", help="no progress bar")
     fsck.set_defaults(func=cmd_fsck)
 
