@@ -20,7 +20,7 @@ def cmd_fsck(args: argparse.Namespace) -> int:
     index = open_index(args, read_only=not args.repair)
     shards = args.shard or None
     with tqdm(total=len(shards) if shards else SHARD_COUNT, unit="shard", desc="fsck",
-              leave=False, disable=args.quiet) as bar:
+              leave=False, disable=True if args.quiet else None) as bar:  # only on a TTY
         report = check(index.ctx, repair=args.repair, shards=shards, progress=bar.update)
     print("\n".join(report_lines(report, args.show)))
     if report.clean:
