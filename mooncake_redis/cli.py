@@ -258,8 +258,10 @@ def extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     from .config_cli import register as register_config
     from .eviction_cli import register as register_eviction
     from .maintenance_cli import register as register_maintenance
+    from .metrics_cli import register as register_metrics
 
-    return [register_config, register_eviction, register_maintenance, register_sim]
+    return [register_config, register_eviction, register_maintenance, register_metrics,
+            register_sim]
 
 
 def register_sim(subparsers: argparse._SubParsersAction) -> None:

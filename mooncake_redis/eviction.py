@@ -46,6 +46,10 @@ USAGE_REREAD_ROUNDS = 8
 """A job counts down from the bytes it frees and re-reads the shards' usage (256 reads)
 every this many rounds, and before it stops at the target."""
 
+job_observers: list[Callable[[str, EvictionReport], None]] = []
+"""Called with the namespace and the report after every job this process runs (the
+metrics exporter counts jobs, rounds, objects, bytes and seconds this way)."""
+
 INTERIOR_SCAN_COUNT = 1000
 """Path-breaking eviction: SCAN COUNT per round (it looks for interior nodes by scanning)."""
 
@@ -179,6 +183,8 @@ class Evictor:
         report.seconds = time.monotonic() - started
         log.info("eviction job in namespace %s: %s", self.ctx.schema.namespace,
                  report.summary())
+        for observer in job_observers:
+            observer(self.ctx.schema.namespace, report)
         return report
 
     def _run(self, report: EvictionReport, target_ratio: float | None,

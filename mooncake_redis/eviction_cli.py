@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import signal
 import sys
 import threading
+from typing import Any
 
 from tqdm import tqdm
 
@@ -89,8 +91,21 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # Jobs carry only the namespace and read the index URL from the environment of the
     # process that runs them: this one, or its work horses.
     os.environ[ENV_URL] = url_of(args)
-    run_worker(index.ctx.options.queue_url, burst=args.burst, logging_level=args.log_level)
+    if args.metrics_port is not None:
+        exporter = start_metrics(index, args.metrics_port)
+        exporter.count_jobs()
+    run_worker(index.ctx.options.queue_url, burst=args.burst, logging_level=args.log_level,
+               in_process=args.metrics_port is not None)
     return OK
+
+
+def start_metrics(index: Index, port: int) -> Any:
+    """The metrics exporter, serving from a thread of this process (metrics_cli.py)."""
+    from .metrics_cli import exporter_for
+
+    exporter = exporter_for([index.ctx])
+    exporter.serve(port)
+    return exporter
 
 
 def cmd_monitor(args: argparse.Namespace) -> int:
@@ -105,10 +120,14 @@ def cmd_monitor(args: argparse.Namespace) -> int:
     stop = threading.Event()
     stopping = (signal.SIGTERM, signal.SIGINT)  # docker stop, Ctrl-C: finish the check
     previous = [signal.signal(number, lambda number, frame: stop.set()) for number in stopping]
+    on_enqueued = None
+    if args.metrics_port is not None:
+        exporter = start_metrics(index, args.metrics_port)
+        on_enqueued = functools.partial(exporter.observe_request, index.namespace)
     log.info("monitor started: namespace %r, a check every %g s", index.namespace,
              args.interval)
     try:
-        enqueued = watch(index.ctx, args.interval, args.iterations, stop)
+        enqueued = watch(index.ctx, args.interval, args.iterations, stop, on_enqueued)
     finally:
         for number, handler in zip(stopping, previous):
             signal.signal(number, handler)
@@ -118,9 +137,15 @@ def cmd_monitor(args: argparse.Namespace) -> int:
 
 
 def add_log_level(parser: argparse.ArgumentParser) -> None:
+    from .cli import at_least
+
     parser.add_argument("--log-level", choices=LEVELS, default="INFO", type=str.upper,
                         help="log lines on stderr, each written out at once (default: INFO: "
                              "one line per eviction job and per enqueued job)")
+    parser.add_argument("--metrics-port", type=at_least(1), default=None,
+                        help="serve Prometheus metrics on this port (needs the metrics "
+                             "extra; a worker then runs jobs in its own process, unforked, "
+                             "so it can count them)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

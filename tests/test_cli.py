@@ -351,7 +351,7 @@ def test_help_lists_every_command() -> None:
     result = run_cli("--help")
     assert result.returncode == 0
     for command in ("demo", "stats", "inspect", "tree", "config", "evict", "worker", "monitor",
-                    "fsck", "doctor", "sim"):
+                    "fsck", "doctor", "metrics", "sim"):
         assert command in result.stdout
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 import redis
 
@@ -18,16 +19,20 @@ log = logging.getLogger(__name__)
 
 
 def watch(ctx: Context, interval_s: float = 1.0, iterations: int | None = None,
-          stop: threading.Event | None = None) -> int:
+          stop: threading.Event | None = None,
+          on_enqueued: Callable[[int], None] | None = None) -> int:
     """Check every interval_s seconds (forever, or `iterations` times, or until `stop` is
-    set); returns how many jobs it enqueued. A Redis that is down or restarting is waited
-    for, not fatal; that it is back is logged once."""
+    set); returns how many jobs it enqueued (each also passed to on_enqueued). A Redis that
+    is down or restarting is waited for, not fatal; that it is back is logged once."""
     stop = stop or threading.Event()
     enqueued = tick = 0
     unavailable = False
     while (iterations is None or tick < iterations) and not stop.is_set():
         try:
-            enqueued += _check(ctx)
+            new = _check(ctx)
+            enqueued += new
+            if new and on_enqueued is not None:
+                on_enqueued(new)
             if unavailable:
                 log.info("Redis available again")
                 unavailable = False
