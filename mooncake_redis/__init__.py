@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+
 from .errors import (
     ClusterUnavailable,
     ConfigurationError,
@@ -26,6 +28,11 @@ from .index import Index
 from .models import NodeInfo, ObjectInfo, Result, Usage
 from .prefix import register_extractor, rfc_prefix, shard_of, tagged_prefix
 from .settings import ClientOptions, Settings
+
+try:
+    __version__ = version("mooncake-redis")
+except PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ClientOptions", "ClusterUnavailable", "ConfigurationError", "CycleDetected", "Index",

@@ -1,8 +1,11 @@
 """The `mooncake-redis` command: demo, stats, inspect, tree (and the commands that live
 beside the modules they drive: config_cli, eviction_cli, maintenance_cli, sim.cli).
 
-Exit codes: 0 ok, 1 a finding (not found, problems left, warnings), 2 a usage or runtime
-error, printed as one `error: ...` line with every password masked."""
+Conventions, as rq, celery and redis-cli follow them: the global options (--url,
+--namespace) are accepted before or after the command; `--version`; `python -m
+mooncake_redis`. Exit codes: 0 ok; 1 a finding or a failure (not found, problems left,
+warnings, Redis unreachable, a refused change), printed as one `error: ...` line with every
+password masked; 2 a usage error (argparse's, or a value the command line cannot use)."""
 
 from __future__ import annotations
 
@@ -12,18 +15,24 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 from redis.exceptions import RedisClusterException
 
+from . import __version__
+from .connection import SUPPORTED_SCHEMES, redact
 from .errors import MooncakeRedisError
 from .index import Index
 from .render import Views, human_bytes, plural
 from .settings import DEFAULT_NAMESPACE, DEFAULT_URL, ENV_NAMESPACE, ENV_PREFIX, ENV_URL
 from .urls import safe_url, secrets_of
 
-OK, FINDING, ERROR = 0, 1, 2
+OK, FINDING, USAGE = 0, 1, 2
+FAILURE = FINDING  # a runtime error exits 1 like a finding: 2 means the command line is wrong
 DEMO_NAMESPACE = "demo"
+IN_PROCESS_COMMANDS = ("demo", "sim")
+"""Commands meant to run on the in-process store when no URL is given: the others warn."""
 
 
 def url_of(args: argparse.Namespace) -> str:
@@ -42,13 +51,14 @@ def open_index(args: argparse.Namespace, read_only: bool = False, namespace: str
                           **settings)
 
 
-def fail(message: str, *urls: str) -> int:
-    """Print one `error:` line, with the URLs' passwords masked; returns the exit code."""
+def fail(message: str, *urls: str, code: int = FAILURE) -> int:
+    """Print one `error:` line, with the URLs' passwords masked; returns the exit code
+    (FAILURE, or USAGE for a value the command line cannot use)."""
     for url in urls:
         for secret in secrets_of(url):
             message = message.replace(secret, "***")
     print("error: " + re.sub(r"\s*\n\s*", "; ", message.strip()), file=sys.stderr)
-    return ERROR
+    return code
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -146,21 +156,64 @@ def at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text} is below 0")
+    return value
+
+
+def redis_url(text: str) -> str:
+    """A URL the client can open (the scheme is checked here, so a mistyped URL is a usage
+    error; whether Redis answers there is found out by the command)."""
+    if "://" not in text:
+        raise argparse.ArgumentTypeError(f"Redis URL {redact(text)!r} must look like "
+                                         "redis://host:port/db")
+    if urlsplit(text).scheme not in SUPPORTED_SCHEMES:
+        raise argparse.ArgumentTypeError(
+            f"unknown URL scheme in {redact(text)!r}; use one of "
+            + ", ".join(f"{scheme}://" for scheme in SUPPORTED_SCHEMES))
+    return text
+
+
+def add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
+    """--url and --namespace, on the top parser and on every command's: a command's copy
+    has no default, so it overrides only when given after the command."""
+    default = None if top else argparse.SUPPRESS
+    parser.add_argument("--url", type=redis_url, default=default,
+                        help="redis://[user:password@]host:port/db, rediss://…, unix://…, "
+                             "redis+cluster://host:port[,host:port…], or memory:// for the "
+                             f"in-process store (default: ${ENV_URL} or {DEFAULT_URL})")
+    parser.add_argument("--namespace", default=default,
+                        help=f"key namespace (default: ${ENV_NAMESPACE} or {DEFAULT_NAMESPACE}; "
+                             f"the demo's: {DEMO_NAMESPACE})")
+
+
+def command_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every command's parser, sub-commands (config get/set) included."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in dict.fromkeys(action.choices.values()):  # aliases once
+                found += [command, *command_parsers(command)]
+    return found
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mooncake-redis",
         description="Redis-backed prefix index and metadata store for LLM KV-cache objects.",
         epilog=f"Namespace settings not stored yet can be given as {ENV_PREFIX}<SETTING> "
                f"environment variables (e.g. {ENV_PREFIX}CAPACITY_BYTES=64GiB); stored ones "
-               "change only with `config set`. Exit codes: 0 ok, 1 a finding, 2 an error.",
+               "change only with `config set`. --url and --namespace go before or after the "
+               "command. Exit codes: 0 ok, 1 a finding or a failure, 2 a usage error.",
     )
-    parser.add_argument("--url", default=None,
-                        help="redis://[user:password@]host:port/db, rediss://…, unix://…, "
-                             "redis+cluster://host:port[,host:port…], or memory:// for the "
-                             f"in-process store (default: ${ENV_URL} or {DEFAULT_URL})")
-    parser.add_argument("--namespace", default=None,
-                        help=f"key namespace (default: ${ENV_NAMESPACE} or {DEFAULT_NAMESPACE}; "
-                             f"the demo's: {DEMO_NAMESPACE})")
+    parser.add_argument("-V", "--version", action="version",
+                        version=f"%(prog)s {__version__}")
+    add_global_options(parser, top=True)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser(
@@ -193,6 +246,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     for register in extra_commands():
         register(commands)
+    for command in command_parsers(parser):
+        known = {option for action in command._actions for option in action.option_strings}
+        if not known & {"--url", "--namespace"}:
+            add_global_options(command, top=False)
     return parser
 
 
@@ -201,8 +258,10 @@ def extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     from .config_cli import register as register_config
     from .eviction_cli import register as register_eviction
     from .maintenance_cli import register as register_maintenance
+    from .metrics_cli import register as register_metrics
 
-    return [register_config, register_eviction, register_maintenance, register_sim]
+    return [register_config, register_eviction, register_maintenance, register_metrics,
+            register_sim]
 
 
 def register_sim(subparsers: argparse._SubParsersAction) -> None:
@@ -219,10 +278,34 @@ def register_sim(subparsers: argparse._SubParsersAction) -> None:
     register(subparsers)
 
 
+def warn_if_in_process(args: argparse.Namespace) -> None:
+    """A forgotten URL must not look like an empty store: say which store is used."""
+    if args.command in IN_PROCESS_COMMANDS or args.url or os.environ.get(ENV_URL):
+        return
+    print(f"warning: no --url and no ${ENV_URL}: `{args.command}` runs on the in-process "
+          f"store {DEFAULT_URL}, which is empty and gone when the command exits; pass --url "
+          "redis://host:port/db for a Redis server", file=sys.stderr)
+
+
+def missing_for(args: argparse.Namespace) -> str | None:
+    """What an optional dependency the command needs lacks, found before any work starts."""
+    if args.command == "sim" and getattr(args, "plot", False):
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            return ("sim --plot needs matplotlib, which is not installed: pip install "
+                    "'mooncake-redis[plot]', or run without --plot")
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     url = url_of(args)
     queue_url = os.environ.get(ENV_PREFIX + "QUEUE_URL", "")
+    missing = missing_for(args)
+    if missing:
+        return fail(missing)
+    warn_if_in_process(args)
     try:
         return int(args.func(args))
     except MooncakeRedisError as error:

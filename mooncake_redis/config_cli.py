@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
+from .errors import ConfigurationError
 from .index import Index
 from .render import human_bytes
-from .settings import SETTING_NAMES, Settings
+from .settings import SETTING_NAMES, Settings, coerce
 
 
 def settings_lines(index: Index, names: list[str] | None = None) -> list[str]:
@@ -36,18 +37,28 @@ def settings_lines(index: Index, names: list[str] | None = None) -> list[str]:
 
 
 def assignment(text: str) -> tuple[str, str]:
+    """NAME=VALUE with a known setting and a value in its range (else a usage error)."""
     name, equals, value = text.partition("=")
+    name, value = name.strip(), value.strip()
     if not equals or not name:
         raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
-    return name.strip(), value.strip()
+    if name not in SETTING_NAMES:
+        raise argparse.ArgumentTypeError(f"unknown setting {name!r}; settings: "
+                                         + ", ".join(SETTING_NAMES))
+    try:
+        coerce(name, value)
+    except ConfigurationError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return name, value
 
 
 def cmd_config_get(args: argparse.Namespace) -> int:
-    from .cli import OK, fail, open_index
+    from .cli import OK, USAGE, fail, open_index
 
     unknown = [name for name in args.names if name not in SETTING_NAMES]
     if unknown:
-        return fail(f"unknown settings {', '.join(unknown)}; settings: {', '.join(SETTING_NAMES)}")
+        return fail(f"unknown settings {', '.join(unknown)}; settings: {', '.join(SETTING_NAMES)}",
+                    code=USAGE)
     print("\n".join(settings_lines(open_index(args, read_only=True), args.names)))
     return OK
 

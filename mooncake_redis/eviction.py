@@ -46,6 +46,10 @@ USAGE_REREAD_ROUNDS = 8
 """A job counts down from the bytes it frees and re-reads the shards' usage (256 reads)
 every this many rounds, and before it stops at the target."""
 
+job_observers: list[Callable[[str, EvictionReport], None]] = []
+"""Called with the namespace and the report after every job this process runs (the
+metrics exporter counts jobs, rounds, objects, bytes and seconds this way)."""
+
 INTERIOR_SCAN_COUNT = 1000
 """Path-breaking eviction: SCAN COUNT per round (it looks for interior nodes by scanning)."""
 
@@ -164,20 +168,39 @@ class Evictor:
             on_round: Callable[[EvictionReport], None] | None = None) -> EvictionReport:
         """One eviction job: rounds until used bytes are at or below the target (default
         high_watermark - eviction_ratio of capacity), nothing is evictable, or the round
-        limit is reached. Holds the namespace's eviction lock throughout."""
-        ctx, settings = self.ctx, self.ctx.settings
+        limit is reached. Holds the namespace's eviction lock throughout. Logs one INFO
+        line per job, however it stopped (rounds, leaves, objects, bytes, time)."""
         started = time.monotonic()
-        report = EvictionReport(used_bytes=usage(ctx).used_bytes)
-        report.start_used_bytes = report.used_bytes
+        report = EvictionReport()
+        try:
+            self._run(report, target_ratio, max_rounds, on_round)
+        except Exception:
+            report.seconds = time.monotonic() - started
+            log.warning("eviction job in namespace %s failed after %d rounds, %d objects, %d "
+                        "bytes, %.3f s", self.ctx.schema.namespace, report.rounds,
+                        report.objects, report.bytes, report.seconds)
+            raise
+        report.seconds = time.monotonic() - started
+        log.info("eviction job in namespace %s: %s", self.ctx.schema.namespace,
+                 report.summary())
+        for observer in job_observers:
+            observer(self.ctx.schema.namespace, report)
+        return report
+
+    def _run(self, report: EvictionReport, target_ratio: float | None,
+             max_rounds: int | None,
+             on_round: Callable[[EvictionReport], None] | None) -> None:
+        ctx, settings = self.ctx, self.ctx.settings
+        report.used_bytes = report.start_used_bytes = usage(ctx).used_bytes
         target = self._target_bytes(target_ratio)
         if target is None:
             report.stopped = NO_CAPACITY
-            return report
+            return
         report.target_bytes = target
         token = uuid.uuid4().hex
         if not self._lock(token, "acquire"):
             report.stopped = LOCK_HELD
-            return report
+            return
         try:
             report.resolver = resolve(ctx)
             self._rounds(report, target, max_rounds or settings.max_rounds_per_job, token,
@@ -186,9 +209,6 @@ class Evictor:
         finally:
             ctx.flush()
             self._lock(token, "release")
-            report.seconds = time.monotonic() - started
-        log.info("eviction job in namespace %s: %s", ctx.schema.namespace, report.summary())
-        return report
 
     def _rounds(self, report: EvictionReport, target: int, rounds: int, token: str,
                 on_round: Callable[[EvictionReport], None] | None) -> None:

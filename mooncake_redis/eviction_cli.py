@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import logging
 import os
+import signal
 import sys
+import threading
+from typing import Any
 
 from tqdm import tqdm
 
 from .doctor import examine
 from .eviction import NO_CAPACITY, TARGET_REACHED, EvictionReport, Evictor
 from .index import Index
+from .logs import LEVELS, configure_logging
 from .render import human_bytes, plural
 from .settings import ENV_URL
 from .urls import safe_url
+
+log = logging.getLogger(__name__)
 
 
 def ratio(text: str) -> float:
@@ -31,7 +39,7 @@ def cmd_evict(args: argparse.Namespace) -> int:
 
     index = open_index(args, read_only=True)  # evicting needs no setting filled in
     with tqdm(total=None, unit="B", unit_scale=True, desc="evicting", leave=False,
-              disable=args.quiet) as bar:
+              disable=True if args.quiet else None) as bar:  # None: only on a terminal
         def on_round(report: EvictionReport) -> None:
             bar.total = max(report.start_used_bytes - report.target_bytes, report.bytes)
             bar.update(report.bytes - bar.n)
@@ -78,12 +86,26 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     from .cli import OK, url_of
 
+    configure_logging(args.log_level)
     index = open_checked_index(args)
     # Jobs carry only the namespace and read the index URL from the environment of the
     # process that runs them: this one, or its work horses.
     os.environ[ENV_URL] = url_of(args)
-    run_worker(index.ctx.options.queue_url, burst=args.burst)
+    if args.metrics_port is not None:
+        exporter = start_metrics(index, args.metrics_port)
+        exporter.count_jobs()
+    run_worker(index.ctx.options.queue_url, burst=args.burst, logging_level=args.log_level,
+               in_process=args.metrics_port is not None)
     return OK
+
+
+def start_metrics(index: Index, port: int) -> Any:
+    """The metrics exporter, serving from a thread of this process (metrics_cli.py)."""
+    from .metrics_cli import exporter_for
+
+    exporter = exporter_for([index.ctx])
+    exporter.serve(port)
+    return exporter
 
 
 def cmd_monitor(args: argparse.Namespace) -> int:
@@ -92,21 +114,50 @@ def cmd_monitor(args: argparse.Namespace) -> int:
 
     from .cli import OK
 
+    configure_logging(args.log_level)
     index = open_checked_index(args)
     eviction_queue(index.ctx.options.queue_url)  # no queue configured: say so now, not later
-    enqueued = watch(index.ctx, args.interval, args.iterations)
+    stop = threading.Event()
+    stopping = (signal.SIGTERM, signal.SIGINT)  # docker stop, Ctrl-C: finish the check
+    previous = [signal.signal(number, lambda number, frame: stop.set()) for number in stopping]
+    on_enqueued = None
+    if args.metrics_port is not None:
+        exporter = start_metrics(index, args.metrics_port)
+        on_enqueued = functools.partial(exporter.observe_request, index.namespace)
+    log.info("monitor started: namespace %r, a check every %g s", index.namespace,
+             args.interval)
+    try:
+        enqueued = watch(index.ctx, args.interval, args.iterations, stop, on_enqueued)
+    finally:
+        for number, handler in zip(stopping, previous):
+            signal.signal(number, handler)
+    log.info("monitor stopped: %s enqueued", plural(enqueued, "eviction job"))
     print(f"{plural(enqueued, 'eviction job')} enqueued")
     return OK
 
 
+def add_log_level(parser: argparse.ArgumentParser) -> None:
+    from .cli import at_least
+
+    parser.add_argument("--log-level", choices=LEVELS, default="INFO", type=str.upper,
+                        help="log lines on stderr, each written out at once (default: INFO: "
+                             "one line per eviction job and per enqueued job)")
+    parser.add_argument("--metrics-port", type=at_least(1), default=None,
+                        help="serve Prometheus metrics on this port (needs the metrics "
+                             "extra; a worker then runs jobs in its own process, unforked, "
+                             "so it can count them)")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from .cli import at_least, non_negative
+
     evict = subparsers.add_parser(
         "evict", help="run one eviction job in the foreground (like Index.evict) and report "
                       "it; exit 1 if it stopped above its target")
     evict.add_argument("--target", type=ratio, default=None,
                        help="evict down to this fraction of capacity (0 = everything "
                             "evictable; default: high_watermark - eviction_ratio)")
-    evict.add_argument("--rounds", type=int, default=None,
+    evict.add_argument("--rounds", type=at_least(1), default=None,
                        help="round limit (default: the namespace's max_rounds_per_job)")
     evict.add_argument("--quiet", action="store_true", help="no progress bar")
     evict.set_defaults(func=cmd_evict)
@@ -114,14 +165,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     worker = subparsers.add_parser(
         "worker", help="run an RQ worker for eviction jobs (queue: $MOONCAKE_REDIS_QUEUE_URL)")
     worker.add_argument("--burst", action="store_true", help="exit when the queue is empty")
+    add_log_level(worker)
     worker.set_defaults(func=cmd_worker)
 
     monitor = subparsers.add_parser(
         "monitor", help="keep the shards' admission limits fresh and enqueue an eviction job "
                         "whenever usage is above the high watermark "
                         "(queue: $MOONCAKE_REDIS_QUEUE_URL)")
-    monitor.add_argument("--interval", type=float, default=1.0,
+    monitor.add_argument("--interval", type=non_negative, default=1.0,
                          help="seconds between checks (default: 1)")
-    monitor.add_argument("--iterations", type=int, default=None,
-                         help="stop after this many checks (default: run forever)")
+    monitor.add_argument("--iterations", type=at_least(1), default=None,
+                         help="stop after this many checks (default: run forever; "
+                              "SIGTERM or Ctrl-C stops it cleanly)")
+    add_log_level(monitor)
     monitor.set_defaults(func=cmd_monitor)

@@ -20,7 +20,7 @@ def cmd_fsck(args: argparse.Namespace) -> int:
     index = open_index(args, read_only=not args.repair)
     shards = args.shard or None
     with tqdm(total=len(shards) if shards else SHARD_COUNT, unit="shard", desc="fsck",
-              leave=False, disable=args.quiet) as bar:
+              leave=False, disable=True if args.quiet else None) as bar:  # only on a TTY
         report = check(index.ctx, repair=args.repair, shards=shards, progress=bar.update)
     print("\n".join(report_lines(report, args.show)))
     if report.clean:
@@ -80,6 +80,8 @@ def shard(text: str) -> str:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from .cli import at_least
+
     fsck = subparsers.add_parser(
         "fsck", help="check every invariant of the tree and store (reads only); --repair "
                      "fixes what it can; exit 1 if problems are left")
@@ -88,7 +90,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            "data")
     fsck.add_argument("--shard", action="append", type=shard,
                       help="only this shard (repeatable; default: all 256, and cycles)")
-    fsck.add_argument("--show", type=int, default=20, help="problems listed (default: 20)")
+    fsck.add_argument("--show", type=at_least(0), default=20, help="problems listed (default: 20)")
     fsck.add_argument("--quiet", action="store_true", help="no progress bar")
     fsck.set_defaults(func=cmd_fsck)
 

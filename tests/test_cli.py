@@ -3,11 +3,14 @@ redis-server the tests start. Assertions are on what Redis holds and what is pri
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shlex
 import shutil
 import subprocess
 import sys
+import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -39,7 +42,7 @@ def no_index_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("MOONCAKE_REDIS_")}
-    return subprocess.run([sys.executable, "-m", "mooncake_redis.cli", *args],
+    return subprocess.run([sys.executable, "-m", "mooncake_redis", *args],
                           capture_output=True, text=True, timeout=120,
                           env={**environment, **(env or {})})
 
@@ -95,7 +98,7 @@ def test_demo_on_real_redis_prints_working_redis_cli_commands_and_refuses_reuse(
     assert check(index.ctx).clean
 
     before = snapshot(redis.Redis.from_url(redis_url))
-    assert main(args) == 2
+    assert main(args) == 1
     assert "namespace 'demo'" in capsys.readouterr().err
     assert snapshot(redis.Redis.from_url(redis_url)) == before  # refused: nothing written
 
@@ -201,12 +204,14 @@ def test_config_set_stores_settings_and_refuses_what_would_strand_data(
                                                      "high_watermark": "0.8"}
     shard = index.ctx.schema.shard_keys(A[:2]).stats
     assert int(index.client.hget(shard, "limit")) > 0  # a new capacity rebalances shards
-    assert main([*common, "config", "set", "prefix_extractor=tagged"]) == 2
+    assert main([*common, "config", "set", "prefix_extractor=tagged"]) == 1  # refused
     assert "refusing to change prefix_extractor" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as usage_error:  # argparse: not NAME=VALUE
-        main([*common, "config", "set", "high_watermark"])
-    assert usage_error.value.code == 2
+    for wrong in ("high_watermark", "no_such_setting=1", "high_watermark=2", "lease_ttl_ms=x"):
+        with pytest.raises(SystemExit) as usage_error:  # argparse: a usage error
+            main([*common, "config", "set", wrong])
+        assert usage_error.value.code == 2
     assert main([*common, "config", "get", "no_such_setting"]) == 2
+    assert index.client.hget("conf:settings", "lease_ttl_ms") is None
     assert index.client.hget("conf:settings", "prefix_extractor") is None
 
 
@@ -267,7 +272,7 @@ def test_monitor_enqueues_above_the_watermark_and_needs_a_queue(
     index.set_config(capacity_bytes=100)
     common = ["--url", redis_url, "--namespace", "mon", "monitor", "--interval", "0",
               "--iterations", "2"]
-    assert main(common) == 2
+    assert main(common) == 1
     assert ENV_QUEUE_URL in capsys.readouterr().err
     queue_url = redis_url.rsplit("/", 1)[0] + "/1"
     monkeypatch.setenv(ENV_QUEUE_URL, queue_url)
@@ -304,15 +309,21 @@ def test_fsck_finds_a_dangling_child_and_repair_fixes_it(
 
 def test_errors_are_one_line_with_passwords_masked(
         capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--url", "redis://u:pw-hunter2@127.0.0.1:1/0", "stats"]) == 2
+    assert main(["--url", "redis://u:pw-hunter2@127.0.0.1:1/0", "stats"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: Redis at redis://u:***@127.0.0.1:1/0: ")
     assert err.count("\n") == 1 and "pw-hunter2" not in err
-    assert main(["--url", "redis://127.0.0.1:1/0?password=pw-hunter3", "stats"]) == 2
+    assert main(["--url", "redis://127.0.0.1:1/0?password=pw-hunter3", "stats"]) == 1
     err = capsys.readouterr().err
     assert "pw-hunter3" not in err and "password=***" in err
-    assert main(["--url", "nonsense", "stats"]) == 2
-    assert capsys.readouterr().err.startswith("error: Redis URL 'nonsense'")
+    with pytest.raises(SystemExit) as usage_error:
+        main(["--url", "nonsense", "stats"])
+    assert usage_error.value.code == 2
+    assert "error: argument --url: Redis URL 'nonsense'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["stats", "--url", "bogus://u:pw-hunter4@h:1/0"])
+    err = capsys.readouterr().err
+    assert "unknown URL scheme" in err and "pw-hunter4" not in err
     assert main(["inspect", "nothing"]) == 1
     assert "no node or object 'nothing' in namespace 'mc'" in capsys.readouterr().err
 
@@ -340,6 +351,83 @@ def test_help_lists_every_command() -> None:
     result = run_cli("--help")
     assert result.returncode == 0
     for command in ("demo", "stats", "inspect", "tree", "config", "evict", "worker", "monitor",
-                    "fsck", "doctor", "sim"):
+                    "fsck", "doctor", "metrics", "sim"):
         assert command in result.stdout
 
+
+
+# -- conventions: options anywhere, --version, python -m, exit codes, warnings ------------
+
+
+def test_global_options_work_after_the_command_too(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    index = Index.from_url(redis_url, namespace="after")
+    build(index)
+    assert main(["stats", "--url", redis_url, "--namespace", "after"]) == 0
+    captured = capsys.readouterr()
+    assert "3 objects in 3 nodes" in captured.out and "warning" not in captured.err
+    # after the command wins over before it, as the closer option does in rq and celery
+    assert main(["--namespace", "other", "tree", A, "--namespace", "after", "--url",
+                 redis_url]) == 0
+    assert A[:8] in capsys.readouterr().out
+    # a sub-command's own sub-command (config get) takes them as well
+    assert main(["config", "get", "capacity_bytes", "--url", redis_url, "--namespace",
+                 "after"]) == 0
+    assert "settings of namespace 'after'" in capsys.readouterr().out
+    assert main(["fsck", "--quiet", "--url", redis_url, "--namespace", "after"]) == 0
+    assert "clean" in capsys.readouterr().out
+
+
+def test_python_m_and_version() -> None:
+    result = run_cli("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"mooncake-redis {importlib.metadata.version('mooncake-redis')}"
+    result = run_cli("stats", "--url", "memory://")
+    assert result.returncode == 0 and "usage      0 objects in 0 nodes" in result.stdout
+
+
+def test_exit_codes_2_only_for_usage_errors(redis_url: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    for wrong in (["no-such-command"], ["monitor", "--interval", "-1"],
+                  ["monitor", "--interval", "nan"], ["evict", "--rounds", "0"],
+                  ["fsck", "--show", "-3"], ["stats", "--no-such-option"], []):
+        with pytest.raises(SystemExit) as usage_error:
+            main(["--url", redis_url, *wrong])
+        assert usage_error.value.code == 2, wrong
+        err = capsys.readouterr().err
+        assert "usage: mooncake-redis" in err and "Traceback" not in err
+    # a runtime failure is 1, whatever the command: here Redis refuses the connection
+    for command in (["stats"], ["fsck", "--quiet"], ["doctor"], ["evict", "--quiet"]):
+        assert main(["--url", "redis://127.0.0.1:1/0", *command]) == 1, command
+        assert capsys.readouterr().err.startswith("error: Redis at redis://127.0.0.1:1/0")
+
+
+def test_monitor_with_a_negative_interval_is_a_usage_error_not_a_traceback() -> None:
+    result = run_cli("monitor", "--url", "memory://", "--interval", "-1")
+    assert result.returncode == 2
+    assert "argument --interval: -1 is below 0" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_the_in_process_store_is_used_only_with_a_warning_unless_asked_for(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["stats"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: no --url and no $MOONCAKE_REDIS_URL: `stats` runs on the in-process " \
+           "store memory://" in err
+    assert main(["--url", "memory://explicit", "stats"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert main(["demo", "--conversations", "1", "--turns", "1"]) == 0
+    assert "warning: no --url" not in capsys.readouterr().err
+
+
+def test_sim_plot_without_matplotlib_fails_before_simulating(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
+    started = time.perf_counter()
+    assert main(["sim", "--plot", "--out", str(tmp_path / "out")]) == 1
+    assert time.perf_counter() - started < 5  # nothing simulated
+    err = capsys.readouterr().err
+    assert err.startswith("error: sim --plot needs matplotlib") and "[plot]" in err
+    assert not (tmp_path / "out").exists()

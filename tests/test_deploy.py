@@ -44,6 +44,7 @@ def test_worker_and_monitor_run_real_commands_with_real_options() -> None:
         service = services[name]
         args = parser.parse_args(service["command"])  # SystemExit here = unknown command
         assert args.command == name
+        assert f"{args.metrics_port}:{args.metrics_port}" in service["ports"]
         environment = {k: str(v) for k, v in service["environment"].items()}
         from_environment(environment)  # raises on a value out of its range
         # from_environment ignores unknown MOONCAKE_REDIS_* names: a typo must fail here
@@ -58,9 +59,14 @@ def test_worker_and_monitor_run_real_commands_with_real_options() -> None:
 
 def test_the_dockerfile_installs_the_package_with_its_lua_and_workers() -> None:
     lines = (ROOT / "Dockerfile").read_text().splitlines()
-    copied = {shlex.split(line)[1] for line in lines if line.startswith("COPY ")}
-    assert {"mooncake_redis", "lua", "workers"} <= copied
-    assert any(line.startswith("RUN pip install") and line.endswith(" .") for line in lines)
+    copied = {source for line in lines if line.startswith("COPY ")
+              for source in shlex.split(line)[1:-1]}
+    # pyproject.toml names README.md and LICENSE: the build fails without them.
+    assert {"pyproject.toml", "README.md", "LICENSE", "mooncake_redis", "lua", "workers"} <= copied
+    # the metrics extra: compose starts the worker and monitor with --metrics-port
+    assert any(line.startswith("RUN pip install") and line.endswith(' ".[metrics]"')
+               for line in lines)
+    assert "ENV PYTHONUNBUFFERED=1" in lines  # log lines reach `docker logs` at once
     assert 'ENTRYPOINT ["mooncake-redis"]' in lines
 
 

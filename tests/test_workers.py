@@ -8,11 +8,14 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import queue as queue_module
 import subprocess
 import sys
+import threading
 import time
 import zlib
 from collections.abc import Iterator
+from typing import IO
 
 import pytest
 import redis
@@ -255,3 +258,104 @@ def test_a_job_run_directly_reports_what_it_did(redis_url: str,
     assert result["leaves"] == 3 and result["objects"] == 3 and "summary" in result
     assert not index.client.exists(index.ctx.schema.eviction_requested)
     assert rq.Queue(QUEUE_NAME, connection=redis.Redis.from_url(redis_url)).count == 0
+
+
+# -- logs: what a container shows ------------------------------------------------------
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "mooncake_redis", *args]
+
+
+def lines_of(stream: IO[str]) -> queue_module.Queue[str]:
+    """The stream's lines as they arrive ('' at its end), read by a thread so that a test
+    can wait for one with a deadline."""
+    lines: queue_module.Queue[str] = queue_module.Queue()
+
+    def read() -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put("")
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def process_environment(**variables: str) -> dict[str, str]:
+    """A container's: no MOONCAKE_REDIS_* but those given, and no PYTHONUNBUFFERED (the
+    command must flush its own lines)."""
+    inherited = {k: v for k, v in os.environ.items()
+                 if not k.startswith("MOONCAKE_REDIS_") and k != "PYTHONUNBUFFERED"}
+    return {**inherited, **variables}
+
+
+def test_an_eviction_job_logs_one_line_however_it_stops(
+        redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    index = Index.from_url(redis_url, namespace="logged", capacity_bytes=1 << 20,
+                           lease_ttl_ms=1)
+    roots(index, 4, size=100)
+    caplog.set_level(logging.INFO, logger="mooncake_redis.eviction")
+    index.client.set(index.ctx.schema.eviction_lock, "another-job", px=10_000)
+    index.evict(target_ratio=0)
+    index.client.delete(index.ctx.schema.eviction_lock)
+    report = index.evict(target_ratio=0)
+    lines = [record.getMessage() for record in caplog.records
+             if record.name == "mooncake_redis.eviction"]
+    assert len(lines) == 2
+    assert lines[0].startswith(f"eviction job in namespace logged: {LOCK_HELD}: 0 rounds")
+    assert lines[1].startswith(
+        f"eviction job in namespace logged: target reached: {report.rounds} rounds, 4 leaves, "
+        f"4 objects, 400 bytes in ")
+    assert index.usage().objects == 0
+
+
+def test_the_worker_logs_rq_lines_and_each_eviction_job_to_a_pipe(
+        redis_url: str, queue_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="wlog", capacity_bytes=1 << 20,
+                           queue_url=queue_url)
+    roots(index, 10)
+    index.set_config(capacity_bytes=100)  # 100 bytes used: above the high watermark
+    assert request_eviction(index.ctx)
+    result = subprocess.run(command("worker", "--burst", "--url", redis_url, "--namespace",
+                                    "wlog"),
+                            env=process_environment(MOONCAKE_REDIS_QUEUE_URL=queue_url),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    job_lines = [line for line in result.stderr.splitlines()
+                 if " INFO mooncake_redis.eviction: eviction job in namespace wlog: " in line]
+    assert len(job_lines) == 1 and "target reached" in job_lines[0]
+    assert " INFO rq.worker: " in result.stderr  # RQ's own lines, in the same format
+    assert "Job OK" in result.stderr
+    assert index.usage().used_bytes <= 85
+
+
+def test_the_monitor_logs_while_it_runs_and_stops_cleanly_on_sigterm(
+        redis_url: str, queue_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="mlog", capacity_bytes=1 << 20)
+    roots(index, 10)
+    index.set_config(capacity_bytes=100)
+    monitor = subprocess.Popen(command("monitor", "--interval", "0.2", "--url", redis_url,
+                                       "--namespace", "mlog"),
+                               env=process_environment(MOONCAKE_REDIS_QUEUE_URL=queue_url),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert monitor.stderr is not None and monitor.stdout is not None
+        arriving = lines_of(monitor.stderr)
+        seen: list[str] = []
+        # Each line must arrive while the monitor runs, not sit in its buffer.
+        while not any("eviction job enqueued" in line for line in seen):
+            seen.append(arriving.get(timeout=30))
+            assert seen[-1], "the monitor exited: " + "".join(seen)
+        assert any(" INFO mooncake_redis.eviction_cli: monitor started" in line
+                   for line in seen)
+        assert monitor.poll() is None  # still running
+        monitor.terminate()  # SIGTERM, as docker stop sends
+        monitor.wait(timeout=30)
+        out = monitor.stdout.read()
+        err = "".join(iter(lambda: arriving.get(timeout=30), ""))
+    finally:
+        monitor.kill()
+    assert monitor.returncode == 0, err
+    assert "monitor stopped: 1 eviction job enqueued" in err
+    assert out == "1 eviction job enqueued\n"
+    assert len(queue(queue_url)) == 1

@@ -4,7 +4,8 @@ job whenever usage is above the high watermark."""
 from __future__ import annotations
 
 import logging
-import time
+import threading
+from collections.abc import Callable
 
 import redis
 
@@ -17,20 +18,32 @@ from .jobs import request_eviction
 log = logging.getLogger(__name__)
 
 
-def watch(ctx: Context, interval_s: float = 1.0, iterations: int | None = None) -> int:
-    """Check every interval_s seconds (forever, or `iterations` times); returns how many
-    jobs it enqueued. A Redis that is down or restarting is waited for, not fatal."""
+def watch(ctx: Context, interval_s: float = 1.0, iterations: int | None = None,
+          stop: threading.Event | None = None,
+          on_enqueued: Callable[[int], None] | None = None) -> int:
+    """Check every interval_s seconds (forever, or `iterations` times, or until `stop` is
+    set); returns how many jobs it enqueued (each also passed to on_enqueued). A Redis that
+    is down or restarting is waited for, not fatal; that it is back is logged once."""
+    stop = stop or threading.Event()
     enqueued = tick = 0
-    while iterations is None or tick < iterations:
+    unavailable = False
+    while (iterations is None or tick < iterations) and not stop.is_set():
         try:
-            enqueued += _check(ctx)
+            new = _check(ctx)
+            enqueued += new
+            if new and on_enqueued is not None:
+                on_enqueued(new)
+            if unavailable:
+                log.info("Redis available again")
+                unavailable = False
         # redis-py raises ConnectionError; the executor (rebalance) reports a Redis it could
         # not reach within cluster_retries as ClusterUnavailable, on a single Redis too.
         except (redis.ConnectionError, redis.TimeoutError, ClusterUnavailable) as error:
             log.warning("Redis unavailable (%s); retrying in %.1f s", error, interval_s)
+            unavailable = True
         tick += 1
         if iterations is None or tick < iterations:
-            time.sleep(interval_s)
+            stop.wait(interval_s)
     return enqueued
 
 

@@ -1,0 +1,9 @@
+"""`python -m mooncake_redis`: the mooncake-redis command."""
+
+from __future__ import annotations
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,64 @@
+"""The `metrics` command: a Prometheus exporter for one or more namespaces (and the
+exporter the worker and monitor start with --metrics-port)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from typing import TYPE_CHECKING
+
+from .context import Context
+from .errors import ConfigurationError
+from .logs import configure_logging
+
+if TYPE_CHECKING:
+    from .metrics import Exporter
+
+DEFAULT_PORT = 9810
+
+
+def exporter_for(contexts: list[Context]) -> Exporter:
+    """An exporter, or a ConfigurationError that says which extra to install."""
+    try:
+        from .metrics import Exporter
+    except ImportError as error:
+        raise ConfigurationError(f"metrics need prometheus-client ({error}): pip install "
+                                 "'mooncake-redis[metrics]'") from None
+    return Exporter(contexts)
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from .cli import OK, namespace_of, open_index
+
+    names = args.namespaces or [namespace_of(args)]
+    exporter = exporter_for([open_index(args, read_only=True, namespace=name).ctx
+                             for name in names])
+    if args.once:
+        print(exporter.text(), end="")
+        return OK
+    configure_logging(args.log_level)
+    stop = threading.Event()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda number, frame: stop.set())
+    exporter.serve(args.port, args.address)
+    stop.wait()
+    return OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from .cli import at_least
+    from .logs import LEVELS
+
+    metrics = subparsers.add_parser(
+        "metrics", help="serve Prometheus metrics of namespaces (used and capacity bytes, "
+                        "objects, nodes, leaves; read from Redis at each scrape); reads only")
+    metrics.add_argument("namespaces", nargs="*", metavar="NAMESPACE",
+                         help="namespaces to export (default: --namespace)")
+    metrics.add_argument("--port", type=at_least(1), default=DEFAULT_PORT,
+                         help=f"default: {DEFAULT_PORT}")
+    metrics.add_argument("--address", default="0.0.0.0", help="default: 0.0.0.0")
+    metrics.add_argument("--once", action="store_true",
+                         help="print one scrape's text to stdout and exit")
+    metrics.add_argument("--log-level", choices=LEVELS, default="INFO", type=str.upper)
+    metrics.set_defaults(func=cmd_metrics)

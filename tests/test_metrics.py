@@ -1,0 +1,211 @@
+"""Prometheus metrics on a real redis-server: what a scrape shows is what Index.usage()
+and the tree say, served by `mooncake-redis metrics` and by a worker whose counters move
+with the jobs it runs."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+import redis
+import rq
+from helpers import page
+from mooncake_redis.workers.jobs import QUEUE_NAME, request_eviction
+from mooncake_redis.workers.monitor import watch
+from prometheus_client.parser import text_string_to_metric_families
+from redis_server import RedisServer, free_port
+
+from mooncake_redis import Index
+from mooncake_redis.cli import main
+from mooncake_redis.eviction import TARGET_REACHED, job_observers
+from mooncake_redis.metrics import Exporter
+
+A, B, C = page("a"), page("b"), page("c")
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def samples(text: str) -> Samples:
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def value(scraped: Samples, name: str, **labels: str) -> float:
+    return scraped[(name, tuple(sorted(labels.items())))]
+
+
+def build(index: Index) -> None:
+    """A <- B (complete), A <- C (processing, soft-pinned), D alone: three leaves."""
+    index.put_start(f"{A}_0_k", 2048)
+    index.put_end(f"{A}_0_k")
+    index.put_start(f"{B}_0_k", 1024, parent_block_hash=A)
+    index.put_end(f"{B}_0_k")
+    index.put_start(f"{C}_0_k", 512, parent_block_hash=A, soft_pin=True)
+    index.put_start(f"{page('d')}_0_k", 256)
+    index.put_end(f"{page('d')}_0_k")
+
+
+def assert_matches_usage(scraped: Samples, index: Index) -> None:
+    usage = index.usage()
+    namespace = index.namespace
+    assert value(scraped, "mooncake_redis_up", namespace=namespace) == 1
+    assert value(scraped, "mooncake_redis_used_bytes", namespace=namespace) == usage.used_bytes
+    assert value(scraped, "mooncake_redis_capacity_bytes",
+                 namespace=namespace) == usage.capacity_bytes
+    assert value(scraped, "mooncake_redis_objects", namespace=namespace) == usage.objects
+    assert value(scraped, "mooncake_redis_nodes", namespace=namespace) == usage.nodes
+
+
+def test_a_scrape_shows_what_usage_and_the_tree_say(redis_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="met", capacity_bytes=1 << 20)
+    other = Index.from_url(redis_url, namespace="other")
+    build(index)
+    scraped = samples(Exporter([index.ctx, other.ctx]).text())
+    assert_matches_usage(scraped, index)
+    assert index.usage().used_bytes == 2048 + 1024 + 512 + 256
+    assert value(scraped, "mooncake_redis_leaves", namespace="met", pin="none") == 2  # B, D
+    assert value(scraped, "mooncake_redis_leaves", namespace="met", pin="soft") == 1  # C
+    assert_matches_usage(scraped, other)
+    assert value(scraped, "mooncake_redis_objects", namespace="other") == 0
+
+    index.remove(f"{page('d')}_0_k")  # read at every scrape, never cached
+    scraped = samples(Exporter([index.ctx]).text())
+    assert_matches_usage(scraped, index)
+    assert value(scraped, "mooncake_redis_leaves", namespace="met", pin="none") == 1
+
+
+def test_a_redis_that_is_down_is_up_0_not_a_failed_scrape() -> None:
+    server = RedisServer()
+    index = Index.from_url(server.url, namespace="gone", cluster_retries=0)
+    server.stop()
+    scraped = samples(Exporter([index.ctx]).text())
+    assert value(scraped, "mooncake_redis_up", namespace="gone") == 0
+    assert ("mooncake_redis_objects", (("namespace", "gone"),)) not in scraped
+
+
+def test_eviction_counters_move_with_the_jobs_this_process_runs(redis_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="evm", capacity_bytes=1 << 20, lease_ttl_ms=1)
+    build(index)
+    exporter = Exporter([index.ctx])
+    exporter.count_jobs()
+    try:
+        before = samples(exporter.text())
+        assert ("mooncake_redis_evicted_objects_total", (("namespace", "evm"),)) not in before
+        report = index.evict(target_ratio=0)
+        scraped = samples(exporter.text())
+    finally:
+        job_observers.remove(exporter.observe_job)
+    assert report.objects == 2  # B and D; A keeps its child C, which is still processing
+    assert value(scraped, "mooncake_redis_eviction_jobs_total", namespace="evm",
+                 stopped=report.stopped) == 1
+    assert value(scraped, "mooncake_redis_evicted_objects_total", namespace="evm") == 2
+    assert value(scraped, "mooncake_redis_evicted_bytes_total", namespace="evm") == report.bytes
+    assert value(scraped, "mooncake_redis_eviction_rounds_total",
+                 namespace="evm") == report.rounds
+    assert value(scraped, "mooncake_redis_eviction_job_seconds_count", namespace="evm") == 1
+    assert_matches_usage(scraped, index)
+
+
+def scrape(port: int, deadline_s: float = 30) -> Samples:
+    """The endpoint's samples, waiting for the server to listen."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+                return samples(reply.read().decode())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+@pytest.fixture
+def environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("MOONCAKE_REDIS_")}
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for process in started:
+        process.kill()
+        process.wait()
+
+
+def test_the_metrics_command_serves_the_scrape_over_http(
+        redis_url: str, environment: dict[str, str],
+        processes: list[subprocess.Popen[str]]) -> None:
+    index = Index.from_url(redis_url, namespace="http", capacity_bytes=1 << 20)
+    build(index)
+    port = free_port()
+    exporter = subprocess.Popen(
+        [sys.executable, "-m", "mooncake_redis", "metrics", "--port", str(port),
+         "--address", "127.0.0.1", "--url", redis_url, "--namespace", "http"],
+        env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    processes.append(exporter)
+    assert_matches_usage(scrape(port), index)
+    exporter.terminate()  # SIGTERM: a clean stop
+    assert exporter.wait(timeout=30) == 0
+
+
+def test_a_worker_with_metrics_counts_the_jobs_it_runs(
+        redis_url: str, environment: dict[str, str],
+        processes: list[subprocess.Popen[str]]) -> None:
+    queue_url = redis_url.rsplit("/", 1)[0] + "/1"
+    index = Index.from_url(redis_url, namespace="wm", capacity_bytes=1 << 20,
+                           queue_url=queue_url, lease_ttl_ms=1)
+    build(index)
+    index.set_config(capacity_bytes=3200)  # 3840 bytes used: above the high watermark
+    port = free_port()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "mooncake_redis", "worker", "--metrics-port", str(port),
+         "--url", redis_url, "--namespace", "wm"],
+        env={**environment, "MOONCAKE_REDIS_QUEUE_URL": queue_url},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    processes.append(worker)
+    before = scrape(port)
+    assert ("mooncake_redis_evicted_objects_total", (("namespace", "wm"),)) not in before
+    assert_matches_usage(before, index)
+    assert request_eviction(index.ctx)
+    deadline = time.monotonic() + 60
+    while True:  # the counters move once the worker has run the job
+        scraped = scrape(port)
+        jobs = scraped.get(("mooncake_redis_eviction_jobs_total",
+                            (("namespace", "wm"), ("stopped", TARGET_REACHED))), 0)
+        assert worker.poll() is None, worker.communicate()
+        if jobs or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert jobs == 1, worker.poll()
+    evicted = value(scraped, "mooncake_redis_evicted_bytes_total", namespace="wm")
+    assert evicted > 0 and index.usage().used_bytes == 3840 - evicted
+    assert index.usage().used_bytes <= 3200 * index.settings.eviction_target_ratio
+    assert_matches_usage(scraped, index)
+    assert len(rq.Queue(QUEUE_NAME, connection=redis.Redis.from_url(queue_url))) == 0
+
+
+def test_the_monitor_counts_the_jobs_it_enqueues(redis_url: str) -> None:
+    queue_url = redis_url.rsplit("/", 1)[0] + "/1"
+    index = Index.from_url(redis_url, namespace="mq", capacity_bytes=1 << 20,
+                           queue_url=queue_url)
+    build(index)
+    index.set_config(capacity_bytes=1000)
+    exporter = Exporter([index.ctx])
+    on_enqueued = functools.partial(exporter.observe_request, "mq")
+    assert watch(index.ctx, interval_s=0, iterations=2, on_enqueued=on_enqueued) == 1
+    scraped = samples(exporter.text())
+    assert value(scraped, "mooncake_redis_eviction_requests_total", namespace="mq") == 1
+    assert len(rq.Queue(QUEUE_NAME, connection=redis.Redis.from_url(queue_url))) == 1
+
+
+def test_without_prometheus_client_the_command_says_what_to_install(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "mooncake_redis.metrics", None)  # as if not installed
+    assert main(["--url", "memory://", "metrics", "--once"]) == 1
+    assert "pip install 'mooncake-redis[metrics]'" in capsys.readouterr().err
