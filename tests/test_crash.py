@@ -1,8 +1,11 @@
-"""Crashes: eviction workers killed mid-job, Redis killed mid-load and restarted from its
-AOF, scripts flushed and Redis restarted under a running client."""
+"""Crashes: eviction workers killed mid-job, client processes killed mid-batch while other
+writers keep writing the same chains, Redis killed mid-load and restarted from its AOF,
+scripts flushed and Redis restarted under a running client."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import random
 import signal
@@ -10,17 +13,32 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+from crash_client import (
+    SIZE,
+    VICTIM_ERRORS,
+    VICTIM_RANK,
+    WRITER_ERRORS,
+    tree,
+    victim_only_pages,
+)
 from helpers import page
 from redis_server import RedisServer
 
 from mooncake_redis import Index, MooncakeRedisError
 from mooncake_redis.eviction import NOTHING_EVICTABLE, TARGET_REACHED
 from mooncake_redis.fsck import FsckReport, check
+from mooncake_redis.links import ResolverReport
+from mooncake_redis.matching import scan_node_keys
 from mooncake_redis.settings import ENV_PREFIX, ENV_URL
+from mooncake_redis.values import NodeFields, child_field, decode_object, split_node
+
+CLIENT = Path(__file__).with_name("crash_client.py")
 
 CRASH_LEFTOVERS = {"dangling_child"}
 """What a crash may leave by design in data model v2, as fsck sees it before the resolver
@@ -162,6 +180,208 @@ def test_eviction_workers_killed_at_random_points(redis_url: str) -> None:
     print(f"eviction worker crashes survived: {crashes} ({evicted} objects evicted by the "
           f"killed jobs); {kills_with_leftovers} kills left {sorted(leftovers) or 'nothing'} "
           "for the resolver")
+
+
+CLIENT_KILLS = 16
+CLIENT_KILLS_SECONDS = 20
+"""Bound on the kill phase of the client crash test, however slow the machine."""
+
+
+def start_client(role: str, redis_url: str, *args: object) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, str(CLIENT), role, redis_url, "kill",
+                             *map(str, args)], stdout=subprocess.PIPE, text=True,
+                            env=child_environment(PYTHONPATH=str(CLIENT.parent)))
+
+
+def victim_log(path: Path) -> list[list[Any]]:
+    """What a killed victim logged: one JSON line per event (a line cut by the kill is
+    dropped)."""
+    lines = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            lines.append(json.loads(line))
+    return lines
+
+
+def nodes_of(index: Index) -> dict[str, NodeFields]:
+    found = {}
+    for keys in scan_node_keys(index.ctx):
+        for key, fields in zip(keys, [index.client.hgetall(k) for k in keys]):
+            if fields:
+                found[index.ctx.schema.hash_of_node_key(key)] = split_node(fields)
+    return found
+
+
+def processing_objects(index: Index) -> dict[str, tuple[str | None, int]]:
+    """Every processing object: key -> (its node's parent, when its put_start ran)."""
+    stuck = {}
+    for prefix_hash, node in nodes_of(index).items():
+        for suffix, value in node.objects.items():
+            stored = decode_object(value)
+            assert stored is not None
+            if not stored.complete:
+                stuck[prefix_hash + suffix] = (node.parent, stored.time_ms)
+    return stuck
+
+
+def assert_victim_links_settled(index: Index) -> None:
+    """The links into pages only victims write, between two victims (the writers keep
+    writing the rest of the tree): after the resolver none is pending, and each is whole
+    or absent: the parent lists the child iff the child names the parent, at one epoch.
+    (fsck is not used here: on a live namespace it may see a writer between two steps.)"""
+    links = sorted(victim_only_pages().items())
+    batch = index.ctx.batch()
+    for child, parent in links:
+        batch.command("HGET", index.ctx.schema.node(parent), child_field(child))
+        batch.command("HMGET", index.ctx.schema.node(child), "p", "pe")
+        batch.command("ZRANGE", index.ctx.schema.shard_keys(index.ctx.shard(parent)).pending,
+                      0, -1)
+    replies = batch.execute()
+    for number, (child, parent) in enumerate(links):
+        listed, (named, epoch), pending = replies[3 * number:3 * number + 3]
+        assert not [m for m in pending if m.startswith(f"{parent}|{child}|")], \
+            f"a link {parent} -> {child} still pending after the resolver"
+        if listed is not None or named == parent:
+            assert (listed, named) == (epoch, parent), \
+                f"{parent} lists {child} at {listed}; the child names {named} at {epoch}"
+
+
+def test_client_killed_mid_batch_while_other_writers_write_the_same_chains(
+        redis_url: str, tmp_path: Path) -> None:
+    """A client process killed with SIGKILL in the middle of batch_put_start, put_end and
+    batch_remove, again and again, while two writer processes keep writing and removing
+    their own objects in the same nodes (same chains, same parents) and a resolver with a
+    short grace period runs between kills. Then: the writers were told nothing wrong and
+    lost nothing; after the resolver fsck is clean (links, counters, leaf indexes, stats:
+    a recount); every node names its right parent; what the victims left processing is
+    taken over after the discard timeout or reclaimed by eviction after the release
+    timeout, and then everything is evictable."""
+    index = Index.from_url(redis_url, namespace="kill", put_start_discard_timeout_ms=200,
+                           put_start_release_timeout_ms=2000)
+    seed = int(os.environ.get("CRASH_SEED") or random.randrange(1_000_000))
+    print(f"CRASH_SEED={seed}")  # shown with a failure: run again with it
+    rng = random.Random(seed)
+    stop = tmp_path / "stop"
+    writers = [start_client("writer", redis_url, rank, seed + rank, stop) for rank in (1, 2)]
+    victims: list[tuple[subprocess.Popen[str], str, Path]] = []
+    kills: Counter[str] = Counter()
+    died_in: Counter[str] = Counter()
+    cuts: Counter[str] = Counter()
+    victim_errors: dict[str, Counter[str]] = defaultdict(Counter)
+    victim_calls = 0
+    resolved = ResolverReport()
+
+    def start_victim() -> None:
+        number = len(victims)
+        mode, log = ("external", "tripwire")[number % 2], tmp_path / f"victim-{number}.log"
+        victims.append((start_client("victim", redis_url, seed * 100 + number, mode, log),
+                        mode, log))
+
+    try:
+        for process in writers:
+            assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + CLIENT_KILLS_SECONDS
+        start_victim()
+        while len(victims) <= CLIENT_KILLS and time.monotonic() < deadline:
+            victim, mode, log = victims[-1]
+            assert victim.stdout is not None and victim.stdout.readline().strip() == "ready"
+            if mode == "external":
+                time.sleep(rng.uniform(0.02, 0.4))
+                victim.kill()
+            try:
+                victim.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                victim.kill()
+                raise AssertionError("the victim's tripwire never fired") from None
+            victim.stdout.close()
+            # the resolver settles what the victim left before anyone rewrites it, racing
+            # the writers' own links (no grace period: as fsck --repair on a live namespace)
+            step = index.resolve(grace_ms=0)
+            for name in ("intents", "kept", "dropped", "cycles_broken"):
+                setattr(resolved, name, getattr(resolved, name) + getattr(step, name))
+            assert_victim_links_settled(index)
+            start_victim()  # it starts while we look at the last one
+            lines = victim_log(log)
+            assert victim.returncode == -signal.SIGKILL, \
+                f"a victim ended by itself ({victim.returncode}): {lines[-3:]}"
+            kills[mode] += 1
+            calls = [line[1] for line in lines if line[0] == "call"]
+            victim_calls += len(calls)
+            died_in[calls[-1] if calls else "start"] += 1
+            for _, call, pipeline, cut, length in (x for x in lines if x[0] == "tripwire"):
+                where = "before" if cut == 0 else "after" if cut == length else "inside"
+                cuts[f"{where} {call} #{pipeline}"] += 1
+            for line in lines:
+                if line[0] == "result":
+                    victim_errors[line[1]].update(line[2])
+        stop.touch()
+        summaries = []
+        for process in writers:
+            out, _ = process.communicate(timeout=60)
+            assert process.returncode == 0
+            summaries.append(json.loads(out))
+    finally:
+        for process in writers + [victim for victim, _, _ in victims]:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert sum(kills.values()) >= 8, f"only {sum(kills.values())} kills in the time bound"
+
+    for call, errors in victim_errors.items():
+        assert set(errors) <= VICTIM_ERRORS[call], (call, errors)
+    for summary in summaries:
+        for call, errors in summary["errors"].items():
+            assert set(errors) <= WRITER_ERRORS[call], (call, errors, summary["examples"])
+        assert summary["calls"] > 0
+
+    leftovers = check(index.ctx).counts  # every client is done or dead
+    assert set(leftovers) <= CRASH_LEFTOVERS, leftovers
+    resolved_at_rest = index.resolve(grace_ms=0)
+    report = check(index.ctx)
+    assert report.clean, report.problems
+
+    parents = tree()
+    nodes = nodes_of(index)
+    assert set(nodes) <= set(parents), "a node that no chain has"
+    for prefix_hash, node in nodes.items():
+        if node.objects:  # every object was put with its page's parent
+            assert node.parent == parents[prefix_hash], prefix_hash
+        else:  # a shell: made by a child's link (no parent yet), or emptied with children
+            assert node.parent in (None, parents[prefix_hash]), prefix_hash
+    held = {key for summary in summaries for key in summary["stored"]}
+    writer_keys = {prefix_hash + suffix for prefix_hash, node in nodes.items()
+                   for suffix in node.objects if not suffix.startswith(f"_{VICTIM_RANK}_")}
+    assert writer_keys == held, "a writer's objects changed behind its back"
+    assert all(index.batch_is_exist(sorted(held))), "a writer's object is not complete"
+
+    stuck = processing_objects(index)
+    assert all(f"_{VICTIM_RANK}_" in key for key in stuck), "a writer left a processing object"
+    time.sleep(0.2)  # the discard timeout: a new put_start takes a processing key over
+    taken_over = sorted(stuck)[::2]
+    takeover = Index.from_url(redis_url, namespace="kill")
+    results = takeover.batch_put_start([(key, SIZE, stuck[key][0]) for key in taken_over])
+    assert [r.error for r in results if not r.ok] == []
+    assert all(r.ok for r in takeover.batch_put_end(taken_over))
+    left = processing_objects(index)
+    assert set(left) == set(stuck) - set(taken_over)
+    release_ms = index.settings.put_start_release_timeout_ms
+    while left and index.ctx.redis_time_ms() <= max(t for _, t in left.values()) + release_ms:
+        time.sleep(0.1)  # the release timeout: eviction reclaims the rest
+    evicted = 0
+    while (job := index.evict(target_ratio=0)).objects:
+        evicted += job.objects
+    assert job.stopped in (NOTHING_EVICTABLE, TARGET_REACHED), job.stopped
+    usage = index.usage()
+    assert (usage.used_bytes, usage.objects, usage.nodes) == (0, 0, 0), usage
+    report = check(index.ctx)
+    assert report.clean, report.problems
+    print(f"client kills: {dict(kills)} during {dict(died_in)} ({victim_calls} victim calls), "
+          f"tripwires cut a pipeline {dict(cuts)}; "
+          f"writers: {sum(s['calls'] for s in summaries)} calls, errors "
+          f"{[s['errors'] for s in summaries]}; victims' errors {dict(victim_errors)}; "
+          f"fsck before the last resolver: {dict(leftovers) or 'clean'}; resolver between "
+          f"kills {resolved}, at rest {resolved_at_rest}; left processing: {len(stuck)} "
+          f"({len(taken_over)} taken over, the rest among {evicted} objects evicted)")
 
 
 def test_redis_killed_mid_load_loses_no_acknowledged_put_end(tmp_path: Path) -> None:
