@@ -12,10 +12,11 @@ only a victim holds, so its removals delete nodes and unlink them from shared pa
 - victim: does the same with the keys of rank VICTIM_RANK, and logs one JSON line per
   call, until it is killed: by the test at a random moment ("external"), or by itself
   ("tripwire") at a random pipeline, after sending a random prefix of it (nothing, a cut
-  command, or all of it) so the crash falls between or inside the steps of a batch.
+  command, or all of it) so the crash falls between or inside the steps of a batch; or
+  right before its first put_end ("stall"), leaving objects processing.
 
     crash_client.py writer URL NAMESPACE RANK SEED STOP_FILE
-    crash_client.py victim URL NAMESPACE SEED external|tripwire LOG_FILE
+    crash_client.py victim URL NAMESPACE SEED external|tripwire|stall LOG_FILE
 """
 
 from __future__ import annotations
@@ -191,18 +192,21 @@ class Log:
         self.file.flush()
 
 
-def install_tripwire(client: Client, rng: random.Random, log: Log) -> None:
+def install_tripwire(client: Client, rng: random.Random, log: Log, stall: bool = False) -> None:
     """Die by SIGKILL in a random batch call (put_start, put_end or remove), at its first
     pipeline half of the time (link + put_start steps; delete; put_end), else at a later
     one (settling unconfirmed links, a cycle walk, a level of a cascade), having sent a
     random prefix of that pipeline: nothing (the crash falls before this step), all of
     it (after this step, its replies unread), or, half of the time, a cut inside (the
-    commands before the cut ran, the cut one never does)."""
+    commands before the cut ran, the cut one never does). stall: die right before the
+    first put_end, leaving what the first put_start wrote processing."""
     from mooncake_redis import executor
 
     original = executor.Pipeline.start.__func__  # type: ignore[attr-defined]
     target = rng.choices(["put_start", "put_end", "remove"], weights=[4, 1, 5])[0]
     call, pipeline = rng.randint(1, 3), rng.choice([1, 1, 2, 3])
+    if stall:
+        target, call, pipeline = "put_end", 1, 1
     calls = pipelines = 0
 
     def start(cls: Any, redis_client: Any, commands: list[tuple[Any, ...]]) -> Any:
@@ -219,8 +223,8 @@ def install_tripwire(client: Client, rng: random.Random, log: Log) -> None:
                 if connection._sock is None:
                     connection.connect()
                 payload = b"".join(bytes(part) for part in executor.pack(connection, commands))
-                cut = rng.choice([0, len(payload), rng.randrange(len(payload) + 1),
-                                  rng.randrange(len(payload) + 1)])
+                cut = 0 if stall else rng.choice([0, len(payload), rng.randrange(len(payload) + 1),
+                                                  rng.randrange(len(payload) + 1)])
                 connection._sock.sendall(payload[:cut])
                 log("tripwire", target, pipelines, cut, len(payload))
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -231,8 +235,8 @@ def install_tripwire(client: Client, rng: random.Random, log: Log) -> None:
 
 def victim(index: Index, seed: int, mode: str, log: Log) -> None:
     client = Client(index, VICTIM_RANK, seed)
-    if mode == "tripwire":
-        install_tripwire(client, random.Random(-seed), log)
+    if mode in ("tripwire", "stall"):
+        install_tripwire(client, random.Random(-seed), log, stall=mode == "stall")
     print("ready", flush=True)
     while True:
         client.step(report=log)
