@@ -15,6 +15,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 ensure_redis_server
 ensure_venv test
 cd "$ROOT"
-seconds="${1:-600}"
-shift || true
+seconds=600
+if [[ "${1:-}" =~ ^[0-9]+$ ]]; then
+  seconds="$1"
+  shift
+fi
 PYTHONPATH="$ROOT/tests" exec "$VENV/bin/python" tests/soak.py --seconds "$seconds" "$@"
