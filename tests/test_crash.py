@@ -250,12 +250,14 @@ def test_client_killed_mid_batch_while_other_writers_write_the_same_chains(
         redis_url: str, tmp_path: Path) -> None:
     """A client process killed with SIGKILL in the middle of batch_put_start, put_end and
     batch_remove, again and again, while two writer processes keep writing and removing
-    their own objects in the same nodes (same chains, same parents) and a resolver with a
-    short grace period runs between kills. Then: the writers were told nothing wrong and
-    lost nothing; after the resolver fsck is clean (links, counters, leaf indexes, stats:
-    a recount); every node names its right parent; what the victims left processing is
-    taken over after the discard timeout or reclaimed by eviction after the release
-    timeout, and then everything is evictable."""
+    their own objects in the same nodes (same chains, same parents). After each kill the
+    resolver runs with no grace period while the writers go on, and the links into pages
+    only victims write must be whole or gone. Then: the writers were told nothing wrong
+    and lost nothing; after the resolver fsck is clean (links, counters, leaf indexes,
+    stats: a recount); every node names its right parent; what the victims left
+    processing is taken over after the discard timeout or reclaimed by eviction after the
+    release timeout, and then everything is evictable. CRASH_SEED=<n> replays a run's
+    choices (not its timing)."""
     index = Index.from_url(redis_url, namespace="kill", put_start_discard_timeout_ms=200,
                            put_start_release_timeout_ms=2000)
     seed = int(os.environ.get("CRASH_SEED") or random.randrange(1_000_000))
