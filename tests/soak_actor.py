@@ -1,5 +1,10 @@
-"""One process of the concurrency soak (tests/test_soak.py): a client doing random
-operations, or an eviction worker, for a bounded time. Prints a JSON summary."""
+"""One process of the concurrency soak (tests/soak.py): a client doing random operations
+on one shared tree, or an eviction worker running jobs back to back, for a bounded time.
+Prints a JSON summary.
+
+    soak_actor.py client  URL NAMESPACE SEED SECONDS PAGES
+    soak_actor.py evictor URL NAMESPACE SEED SECONDS
+"""
 
 from __future__ import annotations
 
@@ -7,57 +12,77 @@ import json
 import random
 import sys
 import time
+from collections import Counter
+from typing import Any
 
 from helpers import page
 
 from mooncake_redis import Index, MooncakeRedisError
 from mooncake_redis.eviction import Evictor
 
+SIZE = 10
+CHAIN = 20
+"""Pages n and n+1 are parent and child unless n+1 is a multiple of CHAIN: chains of 20."""
 
-def client(index: Index, seed: int, seconds: float) -> dict:
+
+def client(index: Index, seed: int, seconds: float, pages: int) -> dict[str, Any]:
+    """Puts (put_start + put_end), gets, removes and probes of random keys of the shared
+    chains. Every get that returns an object records its lease; a get that finds nothing
+    while this client still holds a lease on the key is a violation (a leased object was
+    evicted or removed)."""
     rng = random.Random(seed)
     leases: dict[str, int] = {}
-    operations = refusals = 0
+    operations = violations = 0
+    refusals: Counter[str] = Counter()
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        n = rng.randrange(400)
+        n = rng.randrange(pages)
         key = f"{page(f'soak-{n}')}_{rng.randrange(2)}_k"
-        parent = page(f"soak-{n - 1}") if n % 20 else None
+        parent = page(f"soak-{n - 1}") if n % CHAIN else None
         action = rng.random()
         try:
             if action < 0.4:
-                index.put_start(key, 100, parent_block_hash=parent)
+                index.put_start(key, SIZE, parent_block_hash=parent)
                 index.put_end(key)
             elif action < 0.7:
                 info = index.get(key)
                 if info is not None:
                     leases[key] = max(leases.get(key, 0), info.lease_ms)
+                elif leases.get(key, 0) > index.ctx.redis_time_ms():
+                    violations += 1
             elif action < 0.85:
                 index.remove(key)
             else:
                 index.batch_is_exist([key, f"{page(f'soak-{n + 1}')}_0_k"])
-        except MooncakeRedisError:
-            refusals += 1
+        except MooncakeRedisError as error:
+            refusals[type(error).__name__] += 1
         operations += 1
-    return {"operations": operations, "refusals": refusals, "leases": leases}
+    index.close()
+    return {"operations": operations, "refusals": dict(refusals), "violations": violations,
+            "leases": leases}
 
 
-def evictor(index: Index, seconds: float) -> dict:
-    jobs = evicted = 0
+def evictor(index: Index, seconds: float) -> dict[str, Any]:
+    """Eviction jobs back to back (default target: high_watermark - eviction_ratio), as RQ
+    workers run them; two evictors contend for the namespace's lock."""
+    jobs = evicted = rounds = 0
+    stopped: Counter[str] = Counter()
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        report = Evictor(index).run()
+        report = Evictor(index.ctx).run()
         jobs += 1
         evicted += report.objects
+        rounds += report.rounds
+        stopped[report.stopped] += 1
         time.sleep(0.01)
-    return {"jobs": jobs, "evicted": evicted}
+    return {"jobs": jobs, "evicted": evicted, "rounds": rounds, "stopped": dict(stopped)}
 
 
 if __name__ == "__main__":
     role, url, namespace, seed, seconds = sys.argv[1:6]
     index = Index.from_url(url, namespace=namespace)
     if role == "client":
-        result = client(index, int(seed), float(seconds))
+        result = client(index, int(seed), float(seconds), int(sys.argv[6]))
     else:
         result = evictor(index, float(seconds))
     print(json.dumps(result))

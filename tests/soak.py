@@ -1,0 +1,161 @@
+"""The concurrency soak: client processes (put, get, remove, probes on one shared tree) and
+eviction workers on one namespace for a while; then fsck, and every lease a client still
+holds must cover an object that is still there (a client also counts, as it goes, every
+get that found an object gone while it held a lease on it). tests/test_soak.py runs it
+for seconds in CI; scripts/soak.sh runs it for as long as asked, at a larger scale:
+
+    python tests/soak.py [--url URL] [--seconds S] [--clients N] [--evictors M]
+                         [--pages P] [--capacity BYTES] [--namespace NS]
+
+Without --url it starts a throwaway redis-server (AOF on). It prints usage as it goes and
+a summary at the end, and exits 1 if anything was violated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mooncake_redis import Index
+from mooncake_redis.fsck import check
+from mooncake_redis.settings import ENV_PREFIX
+
+ACTOR = Path(__file__).with_name("soak_actor.py")
+
+
+@dataclass
+class SoakResult:
+    seconds: float = 0.0
+    operations: int = 0
+    refusals: Counter[str] = field(default_factory=Counter)
+    jobs: int = 0
+    rounds: int = 0
+    evicted: int = 0
+    job_endings: Counter[str] = field(default_factory=Counter)
+    leases_held: int = 0
+    leases_violated: list[str] = field(default_factory=list)
+    """Keys a client found gone while it held a lease, or still leased at the end and gone."""
+    violations_seen: int = 0
+    fsck_problems: list[tuple[str, str]] = field(default_factory=list)
+    """Before the resolver: every client and worker ended normally, so nothing may dangle."""
+    fsck_after_resolver: list[tuple[str, str]] = field(default_factory=list)
+    nodes: int = 0
+    objects: int = 0
+    used_bytes: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not (self.leases_violated or self.violations_seen or self.fsck_problems
+                    or self.fsck_after_resolver)
+
+    def summary(self) -> str:
+        fsck = "clean" if not (self.fsck_problems or self.fsck_after_resolver) else \
+            f"{Counter(k for k, _ in self.fsck_problems + self.fsck_after_resolver)}"
+        return (f"soak: {self.seconds:.0f} s, {self.operations} client operations "
+                f"(refused: {dict(self.refusals)}), {self.jobs} eviction jobs "
+                f"({dict(self.job_endings)}) in {self.rounds} rounds evicting {self.evicted} "
+                f"objects; {self.leases_held} leases held at the end, "
+                f"{len(self.leases_violated) + self.violations_seen} violated; fsck {fsck}; "
+                f"left {self.objects} objects in {self.nodes} nodes, {self.used_bytes} bytes")
+
+
+def run_soak(url: str, namespace: str = "soak", seconds: float = 6, clients: int = 3,
+             evictors: int = 2, pages: int = 2500, capacity: int = 10_000,
+             progress_s: float | None = None) -> SoakResult:
+    """Start the actors, wait for them, check. Settings are filled in when the namespace is
+    new: jobs evict down to 60 % of capacity (eviction_ratio 0.3), well below where
+    per-shard admission starts refusing (about 256 objects short of capacity), so the
+    evictors have work as soon as the clients have filled 60 %."""
+    index = Index.from_url(url, namespace=namespace, capacity_bytes=capacity,
+                           eviction_ratio=0.3)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    env["PYTHONPATH"] = str(ACTOR.parent)
+    commands = [["client", str(seed), str(seconds), str(pages)] for seed in range(clients)]
+    commands += [["evictor", str(seed), str(seconds)] for seed in range(evictors)]
+    started = time.monotonic()
+    processes = [subprocess.Popen([sys.executable, str(ACTOR), role, url, namespace, *rest],
+                                  stdout=subprocess.PIPE, text=True, env=env)
+                 for role, *rest in commands]
+    outputs = []
+    try:
+        while progress_s and time.monotonic() + progress_s < started + seconds:
+            time.sleep(progress_s)
+            usage = index.usage()
+            print(f"{time.monotonic() - started:6.0f} s: {usage.objects} objects in "
+                  f"{usage.nodes} nodes, {usage.ratio:.0%} of capacity", flush=True)
+        for process in processes:
+            out, _ = process.communicate(timeout=seconds + 120)
+            if process.returncode != 0:
+                raise RuntimeError(f"a soak actor failed ({process.returncode}): {out[-500:]}")
+            outputs.append(json.loads(out))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    result = SoakResult(seconds=time.monotonic() - started)
+    client_results, evictor_results = outputs[:clients], outputs[clients:]
+    for c in client_results:
+        result.operations += c["operations"]
+        result.refusals.update(c["refusals"])
+        result.violations_seen += c["violations"]
+    for e in evictor_results:
+        result.jobs += e["jobs"]
+        result.rounds += e["rounds"]
+        result.evicted += e["evicted"]
+        result.job_endings.update(e["stopped"])
+    now_ms = index.ctx.redis_time_ms()  # leases first: they run out while fsck reads
+    held = sorted({key for c in client_results for key, lease in c["leases"].items()
+                   if lease > now_ms})
+    result.leases_held = len(held)
+    result.leases_violated = [key for key, exists in zip(held, index.batch_is_exist(held))
+                              if not exists]
+    result.fsck_problems = check(index.ctx).problems
+    index.resolve(grace_ms=0)
+    result.fsck_after_resolver = check(index.ctx).problems
+    usage = index.usage()
+    result.nodes, result.objects, result.used_bytes = usage.nodes, usage.objects, usage.used_bytes
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--url", help="a Redis to use (default: start a throwaway one)")
+    parser.add_argument("--namespace", default="soak")
+    parser.add_argument("--seconds", type=float, default=600)
+    parser.add_argument("--clients", type=int, default=6)
+    parser.add_argument("--evictors", type=int, default=2)
+    parser.add_argument("--pages", type=int, default=50_000)
+    parser.add_argument("--capacity", type=int, default=200_000)
+    parser.add_argument("--progress", type=float, default=30, help="seconds between reports")
+    args = parser.parse_args(argv)
+    server = None
+    if args.url is None:
+        from redis_server import RedisServer
+
+        server = RedisServer("--appendonly", "yes", "--appendfsync", "everysec")
+    try:
+        result = run_soak(args.url or server.url, args.namespace,  # type: ignore[union-attr]
+                          args.seconds, args.clients, args.evictors, args.pages,
+                          args.capacity, args.progress)
+    finally:
+        if server is not None:
+            server.stop()
+    print(result.summary())
+    for kind, detail in (result.fsck_problems + result.fsck_after_resolver)[:20]:
+        print(f"fsck: {kind}: {detail}")
+    for key in result.leases_violated[:20]:
+        print(f"lease violated: {key}")
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
