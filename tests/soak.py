@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -28,11 +29,18 @@ from mooncake_redis.fsck import check
 from mooncake_redis.settings import ENV_PREFIX
 
 ACTOR = Path(__file__).with_name("soak_actor.py")
+EVICTION_LOCK_TTL_MS = 5000
+"""A killed evictor's lock blocks eviction this long (the default, 30 s, would stall the
+soak's evictors after every kill of one of them)."""
+CRASH_LEFTOVERS = {"dangling_child"}
+"""What a killed actor may leave for the resolver: a parent listing a child whose deleter
+died before the unlink (docs/RELIABILITY.md, "What a crash may leave")."""
 
 
 @dataclass
 class SoakResult:
     seconds: float = 0.0
+    kills: int = 0
     operations: int = 0
     refusals: Counter[str] = field(default_factory=Counter)
     jobs: int = 0
@@ -44,7 +52,8 @@ class SoakResult:
     """Keys a client found gone while it held a lease, or still leased at the end and gone."""
     violations_seen: int = 0
     fsck_problems: list[tuple[str, str]] = field(default_factory=list)
-    """Before the resolver: every client and worker ended normally, so nothing may dangle."""
+    """Before the resolver: nothing may dangle when no actor was killed; with kills, the
+    leftovers a crash may leave (CRASH_LEFTOVERS) are allowed here, and nothing after."""
     fsck_after_resolver: list[tuple[str, str]] = field(default_factory=list)
     nodes: int = 0
     objects: int = 0
@@ -58,7 +67,8 @@ class SoakResult:
     def summary(self) -> str:
         fsck = "clean" if not (self.fsck_problems or self.fsck_after_resolver) else \
             f"{Counter(k for k, _ in self.fsck_problems + self.fsck_after_resolver)}"
-        return (f"soak: {self.seconds:.0f} s, {self.operations} client operations "
+        return (f"soak: {self.seconds:.0f} s, {self.kills} actors killed, {self.operations} "
+                f"client operations of the actors not killed "
                 f"(refused: {dict(self.refusals)}), {self.jobs} eviction jobs "
                 f"({dict(self.job_endings)}) in {self.rounds} rounds evicting {self.evicted} "
                 f"objects; {self.leases_held} leases held at the end, "
@@ -68,28 +78,55 @@ class SoakResult:
 
 def run_soak(url: str, namespace: str = "soak", seconds: float = 6, clients: int = 3,
              evictors: int = 2, pages: int = 2500, capacity: int = 10_000,
-             progress_s: float | None = None) -> SoakResult:
+             progress_s: float | None = None, kill_every_s: float | None = None,
+             seed: int = 0) -> SoakResult:
     """Start the actors, wait for them, check. Settings are filled in when the namespace is
     new: jobs evict down to 60 % of capacity (eviction_ratio 0.3), well below where
     per-shard admission starts refusing (about 256 objects short of capacity), so the
-    evictors have work as soon as the clients have filled 60 %."""
+    evictors have work as soon as the clients have filled 60 %.
+
+    With kill_every_s, every so often one actor, chosen at random, is killed with SIGKILL
+    wherever it is and a new one takes its place for the time left: what a killed actor
+    did is not counted, and what it may leave (a dangling child until the resolver runs,
+    processing objects until they time out) is allowed before the resolver only."""
     index = Index.from_url(url, namespace=namespace, capacity_bytes=capacity,
-                           eviction_ratio=0.3)
+                           eviction_ratio=0.3, eviction_lock_ttl_ms=EVICTION_LOCK_TTL_MS)
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     env["PYTHONPATH"] = str(ACTOR.parent)
-    commands = [["client", str(seed), str(seconds), str(pages)] for seed in range(clients)]
-    commands += [["evictor", str(seed), str(seconds)] for seed in range(evictors)]
+    commands = [["client", str(n), str(pages)] for n in range(clients)]
+    commands += [["evictor", str(n)] for n in range(evictors)]
     started = time.monotonic()
-    processes = [subprocess.Popen([sys.executable, str(ACTOR), role, url, namespace, *rest],
-                                  stdout=subprocess.PIPE, text=True, env=env)
-                 for role, *rest in commands]
+    deadline = started + seconds
+    rng = random.Random(seed)
+
+    def launch(role: str, number: str, *rest: str) -> subprocess.Popen[str]:
+        left = f"{max(0.1, deadline - time.monotonic()):.1f}"
+        return subprocess.Popen([sys.executable, str(ACTOR), role, url, namespace, number,
+                                 left, *rest], stdout=subprocess.PIPE, text=True, env=env)
+
+    processes = [launch(*command) for command in commands]
+    kills = 0
     outputs = []
     try:
-        while progress_s and time.monotonic() + progress_s < started + seconds:
-            time.sleep(progress_s)
-            usage = index.usage()
-            print(f"{time.monotonic() - started:6.0f} s: {usage.objects} objects in "
-                  f"{usage.nodes} nodes, {usage.ratio:.0%} of capacity", flush=True)
+        next_progress = started + (progress_s or seconds)
+        next_kill = started + (kill_every_s or seconds)
+        while min(next_progress, next_kill) < deadline - 1:
+            time.sleep(max(0.0, min(next_progress, next_kill) - time.monotonic()))
+            if time.monotonic() >= next_kill:
+                victim = rng.randrange(len(processes))
+                processes[victim].kill()
+                processes[victim].wait()
+                role, number, *rest = commands[victim]
+                commands[victim] = [role, str(int(number) + 1000 * (kills + 1)), *rest]
+                processes[victim] = launch(*commands[victim])
+                kills += 1
+                next_kill += kill_every_s or seconds
+            if time.monotonic() >= next_progress:
+                usage = index.usage()
+                print(f"{time.monotonic() - started:6.0f} s: {usage.objects} objects in "
+                      f"{usage.nodes} nodes, {usage.ratio:.0%} of capacity, {kills} kills",
+                      flush=True)
+                next_progress += progress_s or seconds
         for process in processes:
             out, _ = process.communicate(timeout=seconds + 120)
             if process.returncode != 0:
@@ -100,7 +137,7 @@ def run_soak(url: str, namespace: str = "soak", seconds: float = 6, clients: int
             if process.poll() is None:
                 process.kill()
                 process.wait()
-    result = SoakResult(seconds=time.monotonic() - started)
+    result = SoakResult(seconds=time.monotonic() - started, kills=kills)
     client_results, evictor_results = outputs[:clients], outputs[clients:]
     for c in client_results:
         result.operations += c["operations"]
@@ -117,7 +154,8 @@ def run_soak(url: str, namespace: str = "soak", seconds: float = 6, clients: int
     result.leases_held = len(held)
     result.leases_violated = [key for key, exists in zip(held, index.batch_is_exist(held))
                               if not exists]
-    result.fsck_problems = check(index.ctx).problems
+    result.fsck_problems = [(kind, detail) for kind, detail in check(index.ctx).problems
+                            if not (kills and kind in CRASH_LEFTOVERS)]
     index.resolve(grace_ms=0)
     result.fsck_after_resolver = check(index.ctx).problems
     usage = index.usage()
@@ -135,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages", type=int, default=50_000)
     parser.add_argument("--capacity", type=int, default=200_000)
     parser.add_argument("--progress", type=float, default=30, help="seconds between reports")
+    parser.add_argument("--kill-every", type=float, default=None, metavar="SECONDS",
+                        help="SIGKILL a random actor this often and start another in its place")
+    parser.add_argument("--seed", type=int, default=0, help="which actors the kills choose")
     args = parser.parse_args(argv)
     server = None
     if args.url is None:
@@ -144,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run_soak(args.url or server.url, args.namespace,  # type: ignore[union-attr]
                           args.seconds, args.clients, args.evictors, args.pages,
-                          args.capacity, args.progress)
+                          args.capacity, args.progress, args.kill_every, args.seed)
     finally:
         if server is not None:
             server.stop()
