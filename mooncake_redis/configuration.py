@@ -9,6 +9,7 @@ from typing import Any
 from .admission import rebalance
 from .context import Context, refuse_stranding
 from .errors import ConfigurationError
+from .rescoring import rescore_leaves
 from .settings import OPTION_NAMES, Settings, coerce
 
 
@@ -24,4 +25,6 @@ def change_settings(ctx: Context, changes: Mapping[str, Any]) -> Settings:
     settings = ctx.store_settings(values)
     if "capacity_bytes" in values:
         rebalance(ctx)
+    if "put_start_release_timeout_ms" in values:
+        rescore_leaves(ctx)
     return settings

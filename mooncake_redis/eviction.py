@@ -29,6 +29,7 @@ from .errors import InvalidArgument, MooncakeRedisError
 from .executor import raise_first_error, score_pairs
 from .links import Intent, NewLeaf, ResolverReport, cascade, resolve, triples
 from .matching import primaries
+from .rescoring import latest_possible_score, rescore_leaves
 from .values import split_node
 
 log = logging.getLogger(__name__)
@@ -203,6 +204,7 @@ class Evictor:
             return
         try:
             report.resolver = resolve(ctx)
+            rescore_leaves(ctx, latest_possible_score(ctx, ctx.redis_time_ms()))
             self._rounds(report, target, max_rounds or settings.max_rounds_per_job, token,
                          on_round)
             rebalance(ctx)

@@ -24,13 +24,12 @@ from .links import (
     ResolverReport,
     add_link,
     break_cycles,
-    cascade,
     pending_member,
     resolve,
     resolve_links,
-    triples,
 )
 from .matching import scan_node_keys
+from .rescoring import repair_nodes
 from .values import NodeFields, child_field, decode_object, parent_of, split_node, to_int
 
 SHARDS_PER_STEP = 16
@@ -274,21 +273,7 @@ class _Checker:
     # -- repairs -------------------------------------------------------------------------
 
     def _repair_nodes(self, shard: str, broken: list[str]) -> None:
-        if not broken:
-            return
-        batch = self.ctx.batch()
-        for prefix_hash in broken:
-            call = self.ctx.shard_call("repair_node", shard, prefix_hash)
-            call.node(prefix_hash)
-            call.queue(batch)
-        intents: list[Intent] = []
-        for reply in batch.execute():
-            if isinstance(reply, MooncakeRedisError):
-                raise reply
-            if reply[0] == "repaired":
-                self.report.repaired["node"] += 1
-                intents += triples(reply[1])
-        cascade(self.ctx, intents)
+        self.report.repaired["node"] += repair_nodes(self.ctx, {shard: broken})
 
     def _recount(self, shard: _Shard) -> None:
         """Set the shard's stats from its nodes: the write counter first, then the shard's

@@ -395,21 +395,20 @@ def test_client_killed_mid_batch_while_other_writers_write_the_same_chains(
           f"the rest among {evicted} objects evicted)")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "set_config(put_start_release_timeout_ms=...) does not rescore the leaves that hold "
-    "processing objects: their leaf-index score keeps the old timeout (lua/_lib.lua "
-    "leaf_of runs only when a script writes the node), so eviction does not reclaim them "
-    "until the old timeout passes, and fsck, which scores with the new one, reports "
-    "leaf_index for each"))
 def test_lowering_the_release_timeout_lets_eviction_reclaim_what_a_dead_writer_left(
         redis_url: str) -> None:
     index = Index.from_url(redis_url, namespace="release")
     index.put_start(f"{page('stuck')}_0_k", 10)  # its writer dies before put_end
+    stale = Index.from_url(redis_url, namespace="release")  # settings read before the change
+    stale.settings  # noqa: B018
     index.set_config(put_start_release_timeout_ms=100)  # the operator reclaims it sooner
     time.sleep(0.2)
     report = check(index.ctx)
-    assert report.clean, report.problems
-    assert index.evict(target_ratio=0).objects == 1
+    assert report.clean, report.problems  # every leaf was rescored at the change
+    stale.put_start(f"{page('stuck-too')}_0_k", 10)  # scored with the old 600 s, then dies
+    time.sleep(0.2)
+    assert index.evict(target_ratio=0).objects == 2  # the job rescores what is too late
+    assert check(index.ctx).clean
 
 
 def test_redis_killed_mid_load_loses_no_acknowledged_put_end(tmp_path: Path) -> None:
