@@ -68,12 +68,22 @@ class SoakResult:
         fsck = "clean" if not (self.fsck_problems or self.fsck_after_resolver) else \
             f"{Counter(k for k, _ in self.fsck_problems + self.fsck_after_resolver)}"
         return (f"soak: {self.seconds:.0f} s, {self.kills} actors killed, {self.operations} "
-                f"client operations of the actors not killed "
+                f"client operations (killed actors' up to their last report) "
                 f"(refused: {dict(self.refusals)}), {self.jobs} eviction jobs "
                 f"({dict(self.job_endings)}) in {self.rounds} rounds evicting {self.evicted} "
                 f"objects; {self.leases_held} leases held at the end, "
                 f"{len(self.leases_violated) + self.violations_seen} violated; fsck {fsck}; "
                 f"left {self.objects} objects in {self.nodes} nodes, {self.used_bytes} bytes")
+
+
+def last_progress(out: str) -> Counter[str]:
+    """A killed actor's counts as of its last progress line (none: nothing counted)."""
+    for line in reversed(out.splitlines()):
+        try:
+            return Counter(json.loads(line)["progress"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a line cut by the kill, or not a progress line
+    return Counter()
 
 
 def run_soak(url: str, namespace: str = "soak", seconds: float = 6, clients: int = 3,
@@ -87,8 +97,9 @@ def run_soak(url: str, namespace: str = "soak", seconds: float = 6, clients: int
 
     With kill_every_s, every so often one actor, chosen at random, is killed with SIGKILL
     wherever it is and a new one takes its place for the time left: what a killed actor
-    did is not counted, and what it may leave (a dangling child until the resolver runs,
-    processing objects until they time out) is allowed before the resolver only."""
+    did counts up to its last progress report, and what it may leave (a dangling child
+    until the resolver runs, processing objects until they time out) is allowed before
+    the resolver only."""
     index = Index.from_url(url, namespace=namespace, capacity_bytes=capacity,
                            eviction_ratio=0.3, eviction_lock_ttl_ms=EVICTION_LOCK_TTL_MS)
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
@@ -106,6 +117,7 @@ def run_soak(url: str, namespace: str = "soak", seconds: float = 6, clients: int
 
     processes = [launch(*command) for command in commands]
     kills = 0
+    killed: Counter[str] = Counter()
     outputs = []
     try:
         next_progress = started + (progress_s or seconds)
@@ -115,7 +127,8 @@ def run_soak(url: str, namespace: str = "soak", seconds: float = 6, clients: int
             if time.monotonic() >= next_kill:
                 victim = rng.randrange(len(processes))
                 processes[victim].kill()
-                processes[victim].wait()
+                out, _ = processes[victim].communicate()
+                killed.update(last_progress(out))
                 role, number, *rest = commands[victim]
                 commands[victim] = [role, str(int(number) + 1000 * (kills + 1)), *rest]
                 processes[victim] = launch(*commands[victim])
@@ -131,13 +144,15 @@ def run_soak(url: str, namespace: str = "soak", seconds: float = 6, clients: int
             out, _ = process.communicate(timeout=seconds + 120)
             if process.returncode != 0:
                 raise RuntimeError(f"a soak actor failed ({process.returncode}): {out[-500:]}")
-            outputs.append(json.loads(out))
+            outputs.append(json.loads(out.splitlines()[-1]))
     finally:
         for process in processes:
             if process.poll() is None:
                 process.kill()
                 process.wait()
     result = SoakResult(seconds=time.monotonic() - started, kills=kills)
+    result.operations, result.jobs = killed["operations"], killed["jobs"]
+    result.rounds, result.evicted = killed["rounds"], killed["evicted"]
     client_results, evictor_results = outputs[:clients], outputs[clients:]
     for c in client_results:
         result.operations += c["operations"]

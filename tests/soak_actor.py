@@ -25,6 +25,15 @@ CHAIN = 20
 """Pages n and n+1 are parent and child unless n+1 is a multiple of CHAIN: chains of 20."""
 
 
+PROGRESS_EVERY = 500
+"""A client prints its counts every this many operations (an evictor every tenth as many
+jobs), so the soak counts the work of an actor it kills up to its last report."""
+
+
+def report_progress(counts: dict[str, int]) -> None:
+    print(json.dumps({"progress": counts}), flush=True)
+
+
 def client(index: Index, seed: int, seconds: float, pages: int) -> dict[str, Any]:
     """Puts (put_start + put_end), gets, removes and probes of random keys of the shared
     chains. Every get that returns an object records its lease; a get that finds nothing
@@ -57,6 +66,8 @@ def client(index: Index, seed: int, seconds: float, pages: int) -> dict[str, Any
         except MooncakeRedisError as error:
             refusals[type(error).__name__] += 1
         operations += 1
+        if operations % PROGRESS_EVERY == 0:
+            report_progress({"operations": operations})
     index.close()
     return {"operations": operations, "refusals": dict(refusals), "violations": violations,
             "leases": leases}
@@ -74,6 +85,8 @@ def evictor(index: Index, seconds: float) -> dict[str, Any]:
         evicted += report.objects
         rounds += report.rounds
         stopped[report.stopped] += 1
+        if jobs % (PROGRESS_EVERY // 10) == 0:
+            report_progress({"jobs": jobs, "evicted": evicted, "rounds": rounds})
         time.sleep(0.01)
     return {"jobs": jobs, "evicted": evicted, "rounds": rounds, "stopped": dict(stopped)}
 
