@@ -3,4 +3,8 @@
 # Extra arguments go to `mooncake-redis demo` (see --help).
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 ensure_venv plot
-exec "$VENV/bin/mooncake-redis" demo "$@"
+status=0
+"$VENV/bin/mooncake-redis" demo "$@" || status=$?
+echo >&2
+echo "mooncake-redis is installed in $VENV; to run it yourself: source $VENV/bin/activate" >&2
+exit "$status"
