@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Sequence
 
 from mooncake_redis.sim.runner import check_capacity_fractions, check_names
 
 BAD_INPUT_EXIT_CODE = 2
 """What `sim` returns for input it cannot use, as argparse exits for an option it rejects."""
+
+
+def refuse(problem: str) -> int:
+    """Say what is wrong with the input on stderr; the exit code for it."""
+    print(f"mooncake-redis sim: error: {problem}", file=sys.stderr)
+    return BAD_INPUT_EXIT_CODE
 
 
 def at_least(minimum: int) -> Callable[[str], int]:
@@ -48,5 +55,15 @@ def names_from(known: Sequence[str], kind: str) -> Callable[[str], tuple[str, ..
         except ValueError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
         return names
+
+    return parse
+
+
+def integers_at_least(minimum: int) -> Callable[[str], tuple[int, ...]]:
+    """A comma-separated list of integers, each at least `minimum`."""
+    parse_one = at_least(minimum)
+
+    def parse(text: str) -> tuple[int, ...]:
+        return tuple(parse_one(part.strip()) for part in text.split(","))
 
     return parse

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import argparse
 import platform
-import sys
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
 from mooncake_redis.sim.arguments import (
-    BAD_INPUT_EXIT_CODE,
     at_least,
     capacity_fraction,
     capacity_fractions,
     names_from,
+    refuse,
 )
 from mooncake_redis.sim.metrics import timer_overhead_ns
 from mooncake_redis.sim.policies import POLICY_NAMES
@@ -32,6 +31,7 @@ from mooncake_redis.sim.runner import (
     SimulationSettings,
     run_experiment,
 )
+from mooncake_redis.sim.service_cli import add_service_arguments
 from mooncake_redis.sim.trace_cli import add_trace_arguments, run_trace
 from mooncake_redis.sim.workload import (
     DEFAULT_PAGE_TOKENS,
@@ -150,8 +150,10 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--capacity-fraction",
         type=capacity_fraction,
         default=DEFAULT_CAPACITY_FRACTION,
-        help="redis backend: capacity_bytes as a fraction of the bytes the workload stores",
+        help="redis backend, generated workload: the pool's capacity as a fraction of the "
+             "workload's distinct pages (with --trace: --capacities)",
     )
+    add_service_arguments(backend)
     add_trace_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -172,8 +174,7 @@ def run(args: argparse.Namespace) -> int:
             half_life_uses=args.half_life_uses,
         )
     except ValueError as error:
-        print(f"mooncake-redis sim: error: {error}", file=sys.stderr)
-        return BAD_INPUT_EXIT_CODE
+        return refuse(str(error))
     workload = generate_workload(config)
     if args.backend == "redis":
         return run_redis_backend(workload, args)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Container, Iterable, Sequence
@@ -171,3 +172,28 @@ class PageReplay:
             self.counters.evicted_pages += 1
             if log is not None:
                 log.append(victim)
+
+
+class WatermarkReplay(PageReplay):
+    """Evicts in jobs, as the service's replay does (`service_replay.py`): a store that
+    does not fit evicts down to the job target or to room for the store, whichever is
+    lower, and a request that leaves the cache above the high watermark evicts down to the
+    target. The victims are still chosen one at a time, in the policy's exact order: the
+    difference from the service is then the service's eviction order alone."""
+
+    def __init__(self, parents: Sequence[int], index: PageIndex, policy: PagePolicy,
+                 capacity_pages: int, high_watermark: float, target_ratio: float) -> None:
+        super().__init__(parents, index, policy, capacity_pages)
+        self.high_pages = high_watermark * capacity_pages
+        self.target_pages = math.floor(target_ratio * capacity_pages)
+
+    def store(self, pages: Sequence[int]) -> int:
+        if len(self.cached) + len(pages) > self.capacity_pages:
+            self._evict(len(self.cached) - min(self.target_pages,
+                                               self.capacity_pages - len(pages)))
+        return super().store(pages)
+
+    def serve(self, chain: Sequence[int]) -> None:
+        super().serve(chain)
+        if len(self.cached) > self.high_pages:
+            self._evict(len(self.cached) - self.target_pages)

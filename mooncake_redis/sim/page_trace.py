@@ -3,10 +3,9 @@ hashes the service stores them under."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 from blake3 import blake3
 
@@ -83,13 +82,17 @@ def read_page_trace(path: Path, limit: int | None = None) -> PageTrace:
     return build_page_trace(iter_trace(path, limit), str(path))
 
 
-class ServicePage(NamedTuple):
-    """A page as the service registers it: its number in the trace, its prefix hash and its
-    parent's (None: a first page)."""
+@dataclass(frozen=True)
+class ServicePages:
+    """A page trace and the prefix hash each page is stored under on the service."""
 
-    page: int
-    prefix_hash: str
-    parent_hash: str | None
+    trace: PageTrace
+    hashes: list[str]
+    """Page -> its prefix hash (64 hex digits)."""
+
+    def parent_hash(self, page: int) -> str | None:
+        parent = self.trace.parents[page]
+        return None if parent == NO_PARENT else self.hashes[parent]
 
 
 def prefix_hashes(trace: PageTrace) -> list[str]:
@@ -108,9 +111,19 @@ def prefix_hashes(trace: PageTrace) -> list[str]:
     return digests
 
 
-def service_chains(trace: PageTrace) -> Iterator[list[ServicePage]]:
-    """Per request, in trace order, its pages parent first, as the service stores them."""
-    hashes = prefix_hashes(trace)
-    for chain in trace.chains:
-        yield [ServicePage(page, hashes[page], hashes[chain[position - 1]] if position else None)
-               for position, page in enumerate(chain)]
+def service_pages(trace: PageTrace) -> ServicePages:
+    """A Mooncake trace's pages under the prefix hashes of the trace's README."""
+    return ServicePages(trace, prefix_hashes(trace))
+
+
+def hash_chain_pages(chains: Iterable[Sequence[str]], source: str,
+                     page_tokens: int) -> ServicePages:
+    """Chains of prefix hashes (each page named by the hash of its whole prefix, as the
+    generated workload's are), numbered as a trace's pages are, under their own hashes."""
+    ids: dict[str, int] = {}
+    requests = (TraceRequest(number, 0.0, 0, 0,
+                             tuple(ids.setdefault(page_hash, len(ids)) for page_hash in chain))
+                for number, chain in enumerate(chains, start=1))
+    trace = build_page_trace(requests, source, page_tokens)
+    hash_of_id = list(ids)  # ids are numbered in order of first appearance
+    return ServicePages(trace, [hash_of_id[block_id] for block_id in trace.block_ids])

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import argparse
 import platform
-import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from mooncake_redis.sim.arguments import BAD_INPUT_EXIT_CODE, at_least
-from mooncake_redis.sim.kv_layout import kv_page_bytes
+from mooncake_redis.sim.arguments import at_least, refuse
+from mooncake_redis.sim.kv_layout import kv_object_bytes, kv_page_bytes
 from mooncake_redis.sim.metrics import TraceRunMetrics, timer_overhead_ns
 from mooncake_redis.sim.page_replay import TOUCH_ORDERS
-from mooncake_redis.sim.page_trace import read_page_trace
+from mooncake_redis.sim.page_trace import read_page_trace, service_pages
 from mooncake_redis.sim.report import PlotPanel, format_table, write_hit_rate_plot, write_results
+from mooncake_redis.sim.service_cli import run_service_replay, service_settings
+from mooncake_redis.sim.service_replay import PageLayout
 from mooncake_redis.sim.trace_runner import (
     TRACE_INDEX_NAMES,
     TraceSettings,
@@ -23,6 +24,8 @@ from mooncake_redis.sim.trace_runner import (
 
 CSV_NAME = "trace_results.csv"
 JSON_NAME = "trace_results.json"
+SERVICE_CSV_NAME = "trace_redis_results.csv"
+SERVICE_JSON_NAME = "trace_redis_results.json"
 PLOT_NAME = "sim_trace_hit_rate.png"
 
 _TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -52,9 +55,10 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
     trace = parser.add_argument_group(
         "trace",
         "replay the page chains of a Mooncake trace (JSONL: timestamp, input_length, "
-        "output_length, hash_ids) in memory, instead of the generated workload; "
-        "--capacities are fractions of the trace's distinct pages, --half-life-uses counts "
-        "page uses, --layers and --heads size its 512-token pages (for orphaned bytes)",
+        "output_length, hash_ids) instead of the generated workload, in memory or with "
+        "--backend redis on the service (--modes, --leaves-per-round); --capacities are "
+        "fractions of the trace's distinct pages, --half-life-uses counts page uses, "
+        "--layers and --heads size its 512-token pages",
     )
     # No default shown for these two: absent means the generated workload, or every request.
     trace.add_argument("--trace", type=Path, metavar="FILE", default=argparse.SUPPRESS,
@@ -72,34 +76,37 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_trace(args: argparse.Namespace) -> int:
-    """Replay the trace, print the table, write CSV, JSON and (with --plot) the PNG; 2 for
-    input the replay cannot use."""
-    def refuse(problem: str) -> int:
-        print(f"mooncake-redis sim: error: {problem}", file=sys.stderr)
-        return BAD_INPUT_EXIT_CODE
-
-    if args.backend != "memory":
-        return refuse("--trace replays in memory only for now; the service replay of traces "
-                      "(--backend redis) comes with the new Index API (issue 15, phase 2)")
+    """Replay the trace in memory, or with --backend redis on the service; print the table,
+    write CSV and JSON (and in memory, with --plot, the PNG); 2 for input the replay cannot
+    use."""
     try:
         trace = read_page_trace(args.trace, getattr(args, "limit", None))
-        settings = TraceSettings(
-            indexes=getattr(args, "indexes", TRACE_INDEX_NAMES),
-            policies=args.policies,
-            capacity_fractions=args.capacities,
-            half_life_uses=args.half_life_uses,
-            touch_order=args.touch_order,
-            page_bytes=kv_page_bytes(trace.page_tokens, args.layers, args.heads),
-        )
+        if args.backend == "redis":
+            service = service_settings(args, args.capacities)
+        else:
+            settings = TraceSettings(
+                indexes=getattr(args, "indexes", TRACE_INDEX_NAMES),
+                policies=args.policies,
+                capacity_fractions=args.capacities,
+                half_life_uses=args.half_life_uses,
+                touch_order=args.touch_order,
+                page_bytes=kv_page_bytes(trace.page_tokens, args.layers, args.heads),
+            )
     except (OSError, ValueError) as error:
         return refuse(str(error))
     if not trace.distinct_pages:
         return refuse(f"{args.trace}: no request has a page to cache")
-    results = run_trace_experiment(trace, settings, show_progress=not args.no_progress)
-    print(format_table(results, _TABLE_COLUMNS))
     description: dict[str, Any] = {
         "trace": str(args.trace),
         "limit": getattr(args, "limit", None),
+    }
+    if args.backend == "redis":
+        layout = PageLayout(kv_object_bytes(trace.page_tokens, args.layers, args.heads))
+        return run_service_replay(service_pages(trace), layout, service, args, description,
+                                  SERVICE_CSV_NAME, SERVICE_JSON_NAME)
+    results = run_trace_experiment(trace, settings, show_progress=not args.no_progress)
+    print(format_table(results, _TABLE_COLUMNS))
+    description.update({
         "requests": len(trace.chains),
         "requested_pages": trace.requested_pages,
         "distinct_pages": trace.distinct_pages,
@@ -107,7 +114,7 @@ def run_trace(args: argparse.Namespace) -> int:
         "settings": asdict(settings),
         "timer_overhead_ns": timer_overhead_ns(),
         "python": platform.python_version(),
-    }
+    })
     written = write_results(results, description, args.out, CSV_NAME, JSON_NAME,
                             TraceRunMetrics)
     if args.plot:

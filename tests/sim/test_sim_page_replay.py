@@ -12,8 +12,14 @@ from typing import Any
 import pytest
 
 from mooncake_redis.sim.eviction_heap import EvictionHeap
-from mooncake_redis.sim.page_policies import PAGE_POLICY_NAMES
-from mooncake_redis.sim.page_replay import SHUFFLE_SEED, TOUCH_ORDERS, ReplayCounters
+from mooncake_redis.sim.page_index import RadixPageTree
+from mooncake_redis.sim.page_policies import PAGE_POLICY_NAMES, PageLruPolicy
+from mooncake_redis.sim.page_replay import (
+    SHUFFLE_SEED,
+    TOUCH_ORDERS,
+    ReplayCounters,
+    WatermarkReplay,
+)
 from mooncake_redis.sim.page_trace import NO_PARENT, PageTrace, build_page_trace
 from mooncake_redis.sim.trace import TraceRequest
 from mooncake_redis.sim.trace_runner import (
@@ -72,13 +78,9 @@ class Reference:
         for position, page in enumerate(chain):
             if page in cached:
                 continue
-            if len(cached) >= self.capacity:
-                victim = self._victim(held=set(chain))
-                if victim is None:
-                    self.not_stored += sum(rest not in cached for rest in chain[position:])
-                    break
-                del cached[victim]
-                self.evicted.append(victim)
+            if len(cached) >= self.capacity and not self._evict(1, held=set(chain)):
+                self.not_stored += sum(rest not in cached for rest in chain[position:])
+                break
             cached[page] = []
         order = {"chain": list(chain), "tip-first": list(reversed(chain)),
                  "shuffled": self.shuffler.sample(chain, len(chain))}[self.touch_order]
@@ -88,6 +90,16 @@ class Reference:
         self.orphans_after_each_request.append(sum(
             1 for page in cached
             if self.parents[page] != NO_PARENT and self.parents[page] not in cached))
+
+    def _evict(self, count: int, held: set[int]) -> bool:
+        """Evict up to `count` pages, each the best victim then; False if one was missing."""
+        for _ in range(count):
+            victim = self._victim(held)
+            if victim is None:
+                return False
+            del self.uses[victim]
+            self.evicted.append(victim)
+        return True
 
     def _victim(self, held: set[int]) -> int | None:
         with_children = {self.parents[page] for page in self.uses}
@@ -216,3 +228,60 @@ def test_the_heap_skips_stale_entries_and_stays_compact() -> None:
     heap.push(8, 2.0)
     assert heap.pop(lambda page: True, held={7}) == 8  # a held page's entry is dropped
     assert heap.pop(lambda page: True, held=()) is None
+
+
+def _watermark_replay(trace: PageTrace, capacity: int, high: float, target: float,
+                      evicted: list[int]) -> WatermarkReplay:
+    replay = WatermarkReplay(trace.parents, RadixPageTree(trace.parents), PageLruPolicy(),
+                             capacity, high, target)
+    replay.evicted = evicted
+    return replay
+
+
+def test_evicting_in_jobs_up_to_the_capacity_is_evicting_one_page_at_a_time() -> None:
+    trace = _small_tree_trace(6)
+    capacity = trace.distinct_pages // 6
+    evicted: list[int] = []
+    replay = _watermark_replay(trace, capacity, 1.0, 1.0, evicted)
+    for chain in trace.chains:
+        replay.serve(chain)
+    one_at_a_time: list[int] = []
+    replay_pages(trace, "radix", "lru", capacity, evicted=one_at_a_time)
+    assert len(evicted) > 100 and evicted == one_at_a_time
+
+
+class WatermarkReference(Reference):
+    """Leaf-first LRU evicting in jobs at the watermarks, by full scans: before a request's
+    pages are stored, if they do not fit, down to the target or to room for them; after
+    it, if above the high watermark, down to the target. (Victims are never the request's
+    own pages, so evicting before the lookup counts the same hits.)"""
+
+    def __init__(self, trace: PageTrace, capacity: int, high: float, target: float) -> None:
+        super().__init__(trace, capacity, True, max, "chain")
+        self.high, self.target = high * capacity, int(target * capacity)
+
+    def serve(self, chain: Sequence[int]) -> None:
+        missing = len({page for page in chain if page not in self.uses})
+        if len(self.uses) + missing > self.capacity:
+            self._evict(len(self.uses) - min(self.target, self.capacity - missing), set(chain))
+        super().serve(chain)
+        if len(self.uses) > self.high:
+            self._evict(len(self.uses) - self.target, set())
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_jobs_at_the_watermarks_evict_what_a_full_scan_would_choose(seed: int) -> None:
+    trace = _small_tree_trace(seed)
+    capacity = 40
+    evicted: list[int] = []
+    replay = _watermark_replay(trace, capacity, 0.9, 0.5, evicted)
+    reference = WatermarkReference(trace, capacity, 0.9, 0.5)
+    for chain in trace.chains:
+        before = len(evicted)
+        replay.serve(chain)
+        reference.serve(chain)
+        assert len(replay.cached) <= 0.9 * capacity
+        assert len(evicted) == before or len(evicted) - before >= 4  # jobs, not single pages
+    assert len(evicted) > 100 and evicted == reference.evicted
+    assert (replay.counters.hits, replay.counters.usable_hits) == (reference.hits,
+                                                                  reference.usable)

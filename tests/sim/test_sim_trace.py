@@ -11,11 +11,11 @@ from blake3 import blake3
 
 from mooncake_redis.sim.page_trace import (
     NO_PARENT,
-    ServicePage,
     build_page_trace,
+    hash_chain_pages,
     prefix_hashes,
     read_page_trace,
-    service_chains,
+    service_pages,
 )
 from mooncake_redis.sim.trace import TraceFormatError, iter_trace
 from mooncake_redis.sim.trace_synthesis import ChainShape, synthetic_chains, write_trace
@@ -122,20 +122,27 @@ def test_service_pages_carry_the_prefix_hash_of_their_ids_and_their_parents(
     tmp_path: Path,
 ) -> None:
     trace = read_page_trace(_write(tmp_path, _line([0, 1, 2]), _line([0, 1, 9])))
-    first, second = service_chains(trace)
+    pages = service_pages(trace)
 
     def prefix_hash(*ids: int) -> str:
         return blake3(",".join(map(str, ids)).encode()).hexdigest()
 
-    assert first == [
-        ServicePage(0, prefix_hash(0), None),
-        ServicePage(1, prefix_hash(0, 1), prefix_hash(0)),
-        ServicePage(2, prefix_hash(0, 1, 2), prefix_hash(0, 1)),
-    ]
-    assert second[:2] == first[:2]
-    assert second[2] == ServicePage(3, prefix_hash(0, 1, 9), prefix_hash(0, 1))
-    assert prefix_hashes(trace) == [page.prefix_hash for page in first + second[2:]]
+    assert pages.hashes == prefix_hashes(trace) == [
+        prefix_hash(0), prefix_hash(0, 1), prefix_hash(0, 1, 2), prefix_hash(0, 1, 9)]
+    assert [pages.parent_hash(page) for page in range(4)] == [
+        None, prefix_hash(0), prefix_hash(0, 1), prefix_hash(0, 1)]
     assert len(prefix_hash(0)) == 64
+
+
+def test_chains_of_prefix_hashes_are_numbered_as_trace_pages() -> None:
+    a, b, c, d = ("a" * 64, "b" * 64, "c" * 64, "d" * 64)
+    pages = hash_chain_pages([[a, b], [a, b, c], [d]], "hashes", page_tokens=16)
+    assert pages.trace.chains == [(0, 1), (0, 1, 2), (3,)]
+    assert pages.trace.parents == [NO_PARENT, 0, 1, NO_PARENT]
+    assert pages.hashes == [a, b, c, d] and pages.trace.page_tokens == 16
+    assert [pages.parent_hash(page) for page in range(4)] == [None, a, b, None]
+    with pytest.raises(ValueError, match="equal ids must have equal prefixes"):
+        hash_chain_pages([[a, b], [c, b]], "hashes", page_tokens=16)
 
 
 def test_synthetic_traces_round_trip_through_the_reader(tmp_path: Path) -> None:

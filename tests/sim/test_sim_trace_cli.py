@@ -75,7 +75,6 @@ def _bad_trace(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["--backend", "redis"], "--trace replays in memory only for now"),
         (["--indexes", "bitwise-radix"], "unknown index bitwise-radix; choose from hash, radix"),
     ],
 )
@@ -94,8 +93,9 @@ def test_a_malformed_or_missing_trace_exits_2_naming_the_line_and_writes_nothing
 ) -> None:
     out = tmp_path / "out"
     bad = _bad_trace(tmp_path)
-    assert _run_sim(["--trace", str(bad), "--out", str(out)]) == 2
-    assert f"{bad}:2: hash_ids[1] 'x' is not an integer" in capsys.readouterr().err
+    for backend in ("memory", "redis"):
+        assert _run_sim(["--trace", str(bad), "--backend", backend, "--out", str(out)]) == 2
+        assert f"{bad}:2: hash_ids[1] 'x' is not an integer" in capsys.readouterr().err
     assert _run_sim(["--trace", str(tmp_path / "absent.jsonl"), "--out", str(out)]) == 2
     assert "No such file" in capsys.readouterr().err
     assert not out.exists()
