@@ -11,54 +11,31 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
-from urllib.parse import urlsplit
 
 import redis
 from redis.exceptions import RedisClusterException
 
 from . import __version__
-from .connection import SUPPORTED_SCHEMES, redact
+from .cli_support import (
+    FINDING,
+    OK,
+    at_least,
+    fail,
+    open_index,
+    redis_url,
+    url_of,
+)
 from .errors import MooncakeRedisError
 from .index import Index
 from .render import Views, human_bytes, plural
 from .settings import DEFAULT_NAMESPACE, DEFAULT_URL, ENV_NAMESPACE, ENV_PREFIX, ENV_URL
-from .urls import safe_url, secrets_of
+from .urls import safe_url
 
-OK, FINDING, USAGE = 0, 1, 2
-FAILURE = FINDING  # a runtime error exits 1 like a finding: 2 means the command line is wrong
 DEMO_NAMESPACE = "demo"
 IN_PROCESS_COMMANDS = ("demo", "sim")
 """Commands meant to run on the in-process store when no URL is given: the others warn."""
-
-
-def url_of(args: argparse.Namespace) -> str:
-    return args.url or os.environ.get(ENV_URL) or DEFAULT_URL
-
-
-def namespace_of(args: argparse.Namespace) -> str:
-    return args.namespace or os.environ.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE
-
-
-def open_index(args: argparse.Namespace, read_only: bool = False, namespace: str | None = None,
-               **settings: Any) -> Index:
-    """The index of --url/--namespace. read_only=True writes nothing at open (no setting is
-    filled in from the environment); commands that only look must use it."""
-    return Index.from_url(url_of(args), namespace or namespace_of(args), read_only=read_only,
-                          **settings)
-
-
-def fail(message: str, *urls: str, code: int = FAILURE) -> int:
-    """Print one `error:` line, with the URLs' passwords masked; returns the exit code
-    (FAILURE, or USAGE for a value the command line cannot use)."""
-    for url in urls:
-        for secret in secrets_of(url):
-            message = message.replace(secret, "***")
-    print("error: " + re.sub(r"\s*\n\s*", "; ", message.strip()), file=sys.stderr)
-    return code
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -141,42 +118,6 @@ def cmd_tree(args: argparse.Namespace) -> int:
         return FINDING
     print("\n".join(Views(index).tree(args.prefix_hash, args.depth, args.max_nodes)))
     return OK
-
-
-def at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{text} is below {minimum}")
-        return value
-
-    return parse
-
-
-def non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"{text} is below 0")
-    return value
-
-
-def redis_url(text: str) -> str:
-    """A URL the client can open (the scheme is checked here, so a mistyped URL is a usage
-    error; whether Redis answers there is found out by the command)."""
-    if "://" not in text:
-        raise argparse.ArgumentTypeError(f"Redis URL {redact(text)!r} must look like "
-                                         "redis://host:port/db")
-    if urlsplit(text).scheme not in SUPPORTED_SCHEMES:
-        raise argparse.ArgumentTypeError(
-            f"unknown URL scheme in {redact(text)!r}; use one of "
-            + ", ".join(f"{scheme}://" for scheme in SUPPORTED_SCHEMES))
-    return text
 
 
 def add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:

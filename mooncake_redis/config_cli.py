@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
+from .cli_support import OK, USAGE, fail, open_index
 from .errors import ConfigurationError
 from .index import Index
 from .render import human_bytes
@@ -53,7 +54,6 @@ def assignment(text: str) -> tuple[str, str]:
 
 
 def cmd_config_get(args: argparse.Namespace) -> int:
-    from .cli import OK, USAGE, fail, open_index
 
     unknown = [name for name in args.names if name not in SETTING_NAMES]
     if unknown:
@@ -64,7 +64,6 @@ def cmd_config_get(args: argparse.Namespace) -> int:
 
 
 def cmd_config_set(args: argparse.Namespace) -> int:
-    from .cli import OK, open_index
 
     index = open_index(args, read_only=True)  # store exactly the changes asked for
     changes = dict(args.assignments)

@@ -13,6 +13,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from .cli_support import FINDING, OK, at_least, namespace_of, non_negative, open_index, url_of
 from .doctor import examine
 from .eviction import NO_CAPACITY, TARGET_REACHED, EvictionReport, Evictor
 from .index import Index
@@ -35,7 +36,6 @@ def ratio(text: str) -> float:
 
 
 def cmd_evict(args: argparse.Namespace) -> int:
-    from .cli import FINDING, OK, open_index
 
     index = open_index(args, read_only=True)  # evicting needs no setting filled in
     with tqdm(total=None, unit="B", unit_scale=True, desc="evicting", leave=False,
@@ -72,7 +72,6 @@ def report_lines(report: EvictionReport) -> list[str]:
 def open_checked_index(args: argparse.Namespace) -> Index:
     """Long-running processes open the namespace as its clients do (settings not stored yet
     are filled in from the environment), and warn at start if Redis would lose index state."""
-    from .cli import namespace_of, open_index, url_of
 
     index = open_index(args)
     for warning in examine(index.ctx, url_of(args), safe_url(url_of(args))).warnings:
@@ -84,7 +83,6 @@ def open_checked_index(args: argparse.Namespace) -> Index:
 def cmd_worker(args: argparse.Namespace) -> int:
     from mooncake_redis.workers.worker import run_worker
 
-    from .cli import OK, url_of
 
     configure_logging(args.log_level)
     index = open_checked_index(args)
@@ -112,7 +110,6 @@ def cmd_monitor(args: argparse.Namespace) -> int:
     from mooncake_redis.workers.jobs import eviction_queue
     from mooncake_redis.workers.monitor import watch
 
-    from .cli import OK
 
     configure_logging(args.log_level)
     index = open_checked_index(args)
@@ -137,7 +134,6 @@ def cmd_monitor(args: argparse.Namespace) -> int:
 
 
 def add_log_level(parser: argparse.ArgumentParser) -> None:
-    from .cli import at_least
 
     parser.add_argument("--log-level", choices=LEVELS, default="INFO", type=str.upper,
                         help="log lines on stderr, each written out at once (default: INFO: "
@@ -149,7 +145,6 @@ def add_log_level(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from .cli import at_least, non_negative
 
     evict = subparsers.add_parser(
         "evict", help="run one eviction job in the foreground (like Index.evict) and report "

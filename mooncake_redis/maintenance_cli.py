@@ -7,6 +7,7 @@ import sys
 
 from tqdm import tqdm
 
+from .cli_support import FINDING, OK, at_least, namespace_of, open_index, url_of
 from .doctor import examine
 from .fsck import FsckReport, check
 from .prefix import SHARD_COUNT
@@ -15,7 +16,6 @@ from .urls import safe_url
 
 
 def cmd_fsck(args: argparse.Namespace) -> int:
-    from .cli import FINDING, OK, open_index
 
     index = open_index(args, read_only=not args.repair)
     shards = args.shard or None
@@ -57,7 +57,6 @@ def report_lines(report: FsckReport, show: int) -> list[str]:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from .cli import FINDING, OK, namespace_of, open_index, url_of
 
     url = url_of(args)
     diagnosis = examine(open_index(args, read_only=True).ctx, url, safe_url(url))
@@ -80,7 +79,6 @@ def shard(text: str) -> str:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from .cli import at_least
 
     fsck = subparsers.add_parser(
         "fsck", help="check every invariant of the tree and store (reads only); --repair "

@@ -8,6 +8,7 @@ import signal
 import threading
 from typing import TYPE_CHECKING
 
+from .cli_support import OK, at_least, namespace_of, open_index
 from .context import Context
 from .errors import ConfigurationError
 from .logs import configure_logging
@@ -29,7 +30,6 @@ def exporter_for(contexts: list[Context]) -> Exporter:
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
-    from .cli import OK, namespace_of, open_index
 
     names = args.namespaces or [namespace_of(args)]
     exporter = exporter_for([open_index(args, read_only=True, namespace=name).ctx
@@ -47,7 +47,6 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from .cli import at_least
     from .logs import LEVELS
 
     metrics = subparsers.add_parser(

@@ -1,0 +1,82 @@
+"""What the command modules share (cli.py and each *_cli.py import it; it imports none of
+them): exit codes, the index a command opens from --url/--namespace, failing with every
+password masked, and argument types."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from .connection import SUPPORTED_SCHEMES, redact
+from .index import Index
+from .settings import DEFAULT_NAMESPACE, DEFAULT_URL, ENV_NAMESPACE, ENV_URL
+from .urls import secrets_of
+
+OK, FINDING, USAGE = 0, 1, 2
+FAILURE = FINDING  # a runtime error exits 1 like a finding: 2 means the command line is wrong
+
+def url_of(args: argparse.Namespace) -> str:
+    return args.url or os.environ.get(ENV_URL) or DEFAULT_URL
+
+
+def namespace_of(args: argparse.Namespace) -> str:
+    return args.namespace or os.environ.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE
+
+
+def open_index(args: argparse.Namespace, read_only: bool = False, namespace: str | None = None,
+               **settings: Any) -> Index:
+    """The index of --url/--namespace. read_only=True writes nothing at open (no setting is
+    filled in from the environment); commands that only look must use it."""
+    return Index.from_url(url_of(args), namespace or namespace_of(args), read_only=read_only,
+                          **settings)
+
+
+def fail(message: str, *urls: str, code: int = FAILURE) -> int:
+    """Print one `error:` line, with the URLs' passwords masked; returns the exit code
+    (FAILURE, or USAGE for a value the command line cannot use)."""
+    for url in urls:
+        for secret in secrets_of(url):
+            message = message.replace(secret, "***")
+    print("error: " + re.sub(r"\s*\n\s*", "; ", message.strip()), file=sys.stderr)
+    return code
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text} is below {minimum}")
+        return value
+
+    return parse
+
+
+def non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text} is below 0")
+    return value
+
+
+def redis_url(text: str) -> str:
+    """A URL the client can open (the scheme is checked here, so a mistyped URL is a usage
+    error; whether Redis answers there is found out by the command)."""
+    if "://" not in text:
+        raise argparse.ArgumentTypeError(f"Redis URL {redact(text)!r} must look like "
+                                         "redis://host:port/db")
+    if urlsplit(text).scheme not in SUPPORTED_SCHEMES:
+        raise argparse.ArgumentTypeError(
+            f"unknown URL scheme in {redact(text)!r}; use one of "
+            + ", ".join(f"{scheme}://" for scheme in SUPPORTED_SCHEMES))
+    return text

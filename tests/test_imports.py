@@ -1,0 +1,76 @@
+"""No import cycles in the package, hidden ones included: an import inside a function
+counts as much as one at the top of a module (a deferred import that dodges a cycle still
+ties the two modules together)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import mooncake_redis
+
+PACKAGE = Path(mooncake_redis.__file__).parent
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """The package's modules this file imports, anywhere in it."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[:len(package.split(".")) - node.level + 1] \
+                if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            candidates = [target] + [f"{target}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            continue
+        found |= {c for c in candidates if c in MODULES}
+    return found - {name}
+
+
+MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        stack.append(module)
+        for dependency in sorted(graph[module]):
+            if state.get(dependency) == 1:
+                return stack[stack.index(dependency):] + [dependency]
+            if dependency not in state and (cycle := visit(dependency)):
+                return cycle
+        stack.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (cycle := visit(module)):
+            return cycle
+    return None
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    graph = {name: imports_of(path) for name, path in MODULES.items()}
+    # a package's __init__ re-exporting its modules is not a cycle with them
+    for name in graph:
+        graph[name] -= {other for other in MODULES if name.startswith(other + ".")
+                        and MODULES[other].name == "__init__.py"}
+    assert len(graph) > 40 and graph["mooncake_redis.cli"], "the scan found no imports"
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def test_the_check_sees_a_cycle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
