@@ -10,6 +10,9 @@ password masked; 2 a usage error (argparse's, or a value the command line cannot
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import math
 import os
 import re
 import sys
@@ -61,6 +64,30 @@ def fail(message: str, *urls: str, code: int = FAILURE) -> int:
     return code
 
 
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON document on stdout instead of text (same exit "
+                             "codes; an infinite score is the string \"inf\")")
+
+
+def jsonable(value: Any) -> Any:
+    """Dataclasses as dicts, tuples as lists, infinite floats as "inf"/"-inf" (JSON has no
+    infinity)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(key): jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(item) for item in value]
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
+
+
+def print_json(document: Any) -> None:
+    print(json.dumps(jsonable(document), indent=2, allow_nan=False))
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from . import demo
 
@@ -84,13 +111,23 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
     index = open_index(args, read_only=True)
     usage = index.usage()
+    running = bool(index.client.exists(index.ctx.schema.eviction_lock))
+    if args.json:
+        from .admission import read_shards
+        from .config_cli import settings_document
+
+        print_json({"namespace": index.namespace, "url": safe_url(url_of(args)),
+                    "usage": {**jsonable(usage), "ratio": usage.ratio},
+                    "shard_limits": {shard.shard: shard.limit for shard in read_shards(index.ctx)
+                                     if shard.limit is not None},
+                    "eviction_running": running, **settings_document(index)})
+        return OK
     capacity = human_bytes(usage.capacity_bytes) if usage.capacity_bytes else "unlimited"
     print(f"namespace {index.namespace!r} at {safe_url(url_of(args))}")
     print(f"usage      {plural(usage.objects, 'object')} in {plural(usage.nodes, 'node')}, "
           f"{human_bytes(usage.used_bytes)} used of {capacity}"
           + (f" ({usage.ratio:.1%})" if usage.capacity_bytes else ""))
     print(f"admission  {admission_limits(index)}")
-    running = index.client.exists(index.ctx.schema.eviction_lock)
     print(f"eviction   {'a job is running' if running else 'no job running'}")
     print("\n".join(settings_lines(index)))
     return OK
@@ -115,18 +152,16 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     index = open_index(args, read_only=True)
     views = Views(index)
     now_ms = index.ctx.redis_time_ms()
-    found = False
-    if index.ctx.extractor.is_hash(args.target):
-        node = index.get_node(args.target)
-        if node is not None:
-            print("\n".join(views.node(node, now_ms)))
-            found = True
+    node = index.get_node(args.target) if index.ctx.extractor.is_hash(args.target) else None
     info = index.object_info(args.target)
-    if info is not None:
+    if args.json and (node or info):
+        print_json({"node": node, "object": info})
+    elif node is not None:
+        print("\n".join(views.node(node, now_ms)))
+    if info is not None and not args.json:
         print("\n".join(views.object(info, now_ms,
                                      index.settings.put_start_release_timeout_ms)))
-        found = True
-    if not found:
+    if node is None and info is None:
         print(f"no node or object {args.target!r} in namespace {index.namespace!r} at "
               f"{safe_url(url_of(args))}", file=sys.stderr)
         return FINDING
@@ -139,7 +174,15 @@ def cmd_tree(args: argparse.Namespace) -> int:
         print(f"no node {args.prefix_hash!r} in namespace {index.namespace!r} at "
               f"{safe_url(url_of(args))}", file=sys.stderr)
         return FINDING
-    print("\n".join(Views(index).tree(args.prefix_hash, args.depth, args.max_nodes)))
+    views = Views(index)
+    if not args.json:
+        print("\n".join(views.tree(args.prefix_hash, args.depth, args.max_nodes)))
+        return OK
+    steps, stopped = views.walk(args.prefix_hash, args.depth, args.max_nodes)
+    print_json({"root": args.prefix_hash, "stopped_at_max_nodes": stopped,
+                "nodes": [{"prefix_hash": step.prefix_hash, "tree_parent": step.parent,
+                           "depth": step.depth, "hidden_children": step.hidden,
+                           "node": step.node} for step in steps]})
     return OK
 
 
@@ -230,18 +273,21 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     stats = commands.add_parser("stats", help="usage, admission, settings (reads only)")
+    add_json_option(stats)
     stats.set_defaults(func=cmd_stats)
 
     inspect = commands.add_parser(
         "inspect", help="a node (by prefix hash) or an object (by key), with the redis-cli "
                         "commands that show its raw data (reads only)")
     inspect.add_argument("target", help="a prefix hash or an object key")
+    add_json_option(inspect)
     inspect.set_defaults(func=cmd_inspect)
 
     tree = commands.add_parser("tree", help="draw the subtree under a prefix hash (reads only)")
     tree.add_argument("prefix_hash")
     tree.add_argument("--depth", type=at_least(0), default=8, help="default: 8")
     tree.add_argument("--max-nodes", type=at_least(1), default=200, help="default: 200")
+    add_json_option(tree)
     tree.set_defaults(func=cmd_tree)
 
     for register in extra_commands():

@@ -3,7 +3,10 @@ redis-server the tests start. Assertions are on what Redis holds and what is pri
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
+import json
+import math
 import os
 import shlex
 import shutil
@@ -11,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -302,6 +306,66 @@ def test_fsck_finds_a_dangling_child_and_repair_fixes_it(
     out = capsys.readouterr().out
     assert "repaired dangling_link: 1" in out and "clean after repair" in out
     assert check(index.ctx).clean
+
+
+def json_of(capsys: pytest.CaptureFixture[str], code: int, *args: str) -> Any:
+    """Run the command; check its exit code; its stdout parsed as one JSON document."""
+    assert main(list(args)) == code
+    return json.loads(capsys.readouterr().out)
+
+
+def test_every_read_command_prints_one_json_document_with_the_librarys_values(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    index = Index.from_url(redis_url, namespace="js")
+    build(index)
+    index.set_config(capacity_bytes=1 << 20)
+    index.put_start(f"{B}_1_k", 10, hard_pin=True)  # a hard-pinned leaf: score infinite
+    index.put_end(f"{B}_1_k")
+    common = ["--url", redis_url, "--namespace", "js"]
+
+    stats = json_of(capsys, 0, *common, "stats", "--json")
+    usage = index.usage()
+    assert stats["usage"] == {**dataclasses.asdict(usage), "ratio": usage.ratio}
+    assert stats["eviction_running"] is False and stats["namespace"] == "js"
+    assert stats["settings"]["capacity_bytes"] == {"value": 1 << 20, "stored": True}
+
+    inspected = json_of(capsys, 0, *common, "inspect", B, "--json")
+    node = index.get_node(B)
+    assert node is not None and node.eviction_score == math.inf
+    assert inspected == {"node": {**dataclasses.asdict(node), "eviction_score": "inf"},
+                         "object": None}
+    inspected = json_of(capsys, 0, *common, "inspect", f"{C}_0_k", "--json")
+    assert inspected["object"] == dataclasses.asdict(index.object_info(f"{C}_0_k"))
+    assert main([*common, "inspect", page("none"), "--json"]) == 1
+    assert capsys.readouterr().out == ""
+
+    tree = json_of(capsys, 0, *common, "tree", A, "--json", "--depth", "0")
+    assert tree["stopped_at_max_nodes"] is False
+    assert [(n["prefix_hash"], n["depth"], n["hidden_children"]) for n in tree["nodes"]] \
+        == [(A, 0, 2)]
+    tree = json_of(capsys, 0, *common, "tree", A, "--json")
+    assert [(n["prefix_hash"], n["tree_parent"], n["depth"]) for n in tree["nodes"]] \
+        == [(A, None, 0), *((child, A, 1) for child in sorted((B, C)))]
+    assert tree["nodes"][0]["node"] == dataclasses.asdict(index.get_node(A))
+    assert json_of(capsys, 0, *common, "tree", A, "--json", "--max-nodes", "1")[
+        "stopped_at_max_nodes"] is True
+
+    config = json_of(capsys, 0, *common, "config", "get", "high_watermark", "--json")
+    assert config["settings"] == {
+        "high_watermark": {"value": index.settings.high_watermark, "stored": False}}
+
+    fsck = json_of(capsys, 0, *common, "fsck", "--quiet", "--json")
+    report = check(index.ctx)
+    assert fsck["clean"] is True and fsck["problems"] == []
+    assert (fsck["nodes"], fsck["objects"], fsck["shards"]) == \
+        (report.nodes, report.objects, report.shards)
+    index.client.hset(index.ctx.schema.node(A), mapping={page("never"): 1, "nc": 3})
+    fsck = json_of(capsys, 1, *common, "fsck", "--quiet", "--json")
+    assert fsck["clean"] is False and fsck["counts"] == {"dangling_child": 1}
+    assert main([*common, "fsck", "--json", "--repair"]) == 2  # --json only reads
+
+    doctor = json_of(capsys, 1, *common, "doctor", "--json")  # the tests' server persists nothing
+    assert doctor["ok"] is False and any("persists nothing" in w for w in doctor["warnings"])
 
 
 # -- errors and URLs ---------------------------------------------------------------------
