@@ -27,6 +27,8 @@ from . import __version__
 from .connection import SUPPORTED_SCHEMES, redact
 from .errors import MooncakeRedisError
 from .index import Index
+from .matching import scan_node_keys
+from .prefix import PREFIX_HASH_LENGTH
 from .render import Views, human_bytes, plural
 from .settings import DEFAULT_NAMESPACE, DEFAULT_URL, ENV_NAMESPACE, ENV_PREFIX, ENV_URL
 from .urls import safe_url, secrets_of
@@ -34,6 +36,8 @@ from .urls import safe_url, secrets_of
 OK, FINDING, USAGE = 0, 1, 2
 FAILURE = FINDING  # a runtime error exits 1 like a finding: 2 means the command line is wrong
 DEMO_NAMESPACE = "demo"
+MIN_HASH_PREFIX = 8
+"""Hex digits a shortened prefix hash needs (tree prints 12)."""
 IN_PROCESS_COMMANDS = ("demo", "sim")
 """Commands meant to run on the in-process store when no URL is given: the others warn."""
 
@@ -148,8 +152,41 @@ def admission_limits(index: Index) -> str:
             "by the last keeper run: eviction, monitor, capacity change)")
 
 
+HASH_PREFIX = re.compile(rf"[0-9a-f]{{{MIN_HASH_PREFIX},{PREFIX_HASH_LENGTH - 1}}}")
+
+
+class AmbiguousHash(MooncakeRedisError):
+    """A hash prefix that more than one node's hash begins with."""
+
+
+class NoSuchHash(MooncakeRedisError):
+    """A hash prefix that no node's hash begins with."""
+
+
+def full_hash(index: Index, text: str) -> str:
+    """The hash of the one node whose hash begins with text, when text is 8 to 63 lowercase
+    hex digits (a trailing … as tree prints it is dropped); text itself otherwise. Found by
+    SCAN MATCH in the prefix's shard, stopped at the second match; no match raises
+    NoSuchHash, two AmbiguousHash (both exit 1)."""
+    start = text.removesuffix("…")
+    if not HASH_PREFIX.fullmatch(start):
+        return text
+    found: list[str] = []
+    for page in scan_node_keys(index.ctx, start[:2], start):
+        found += [index.ctx.schema.hash_of_node_key(key) for key in page]
+        if len(found) > 1:
+            raise AmbiguousHash(f"hash prefix {start!r} begins more than one node's hash "
+                                f"({found[0]}, {found[1]}, …): give more digits")
+    if not found:
+        raise NoSuchHash(f"no node in namespace {index.namespace!r} has a hash beginning "
+                         f"with {start!r}")
+    return found[0]
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     index = open_index(args, read_only=True)
+    if index.object_info(args.target) is None:  # an object key is taken as it is
+        args.target = full_hash(index, args.target)
     views = Views(index)
     now_ms = index.ctx.redis_time_ms()
     node = index.get_node(args.target) if index.ctx.extractor.is_hash(args.target) else None
@@ -170,6 +207,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_tree(args: argparse.Namespace) -> int:
     index = open_index(args, read_only=True)
+    args.prefix_hash = full_hash(index, args.prefix_hash)
     if index.get_node(args.prefix_hash) is None:
         print(f"no node {args.prefix_hash!r} in namespace {index.namespace!r} at "
               f"{safe_url(url_of(args))}", file=sys.stderr)
@@ -279,12 +317,13 @@ def build_parser() -> argparse.ArgumentParser:
     inspect = commands.add_parser(
         "inspect", help="a node (by prefix hash) or an object (by key), with the redis-cli "
                         "commands that show its raw data (reads only)")
-    inspect.add_argument("target", help="a prefix hash or an object key")
+    inspect.add_argument("target", help="a prefix hash (or its first 8+ hex digits, if no "
+                                        "other node's hash begins with them) or an object key")
     add_json_option(inspect)
     inspect.set_defaults(func=cmd_inspect)
 
     tree = commands.add_parser("tree", help="draw the subtree under a prefix hash (reads only)")
-    tree.add_argument("prefix_hash")
+    tree.add_argument("prefix_hash", help="a prefix hash, or its first 8+ hex digits")
     tree.add_argument("--depth", type=at_least(0), default=8, help="default: 8")
     tree.add_argument("--max-nodes", type=at_least(1), default=200, help="default: 200")
     add_json_option(tree)

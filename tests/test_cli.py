@@ -368,6 +368,37 @@ def test_every_read_command_prints_one_json_document_with_the_librarys_values(
     assert doctor["ok"] is False and any("persists nothing" in w for w in doctor["warnings"])
 
 
+def test_a_unique_hash_prefix_names_its_node_in_inspect_and_tree(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    index = Index.from_url(redis_url, namespace="pre")
+    build(index)
+    twins = ["deadbeef" + "0" * 56, "deadbeef" + "1" * 56]
+    for twin in twins:
+        index.put_start(f"{twin}_0_k", 8)
+    common = ["--url", redis_url, "--namespace", "pre"]
+
+    assert json_of(capsys, 0, *common, "inspect", A[:8], "--json")["node"]["prefix_hash"] == A
+    assert json_of(capsys, 0, *common, "tree", f"{A[:12]}…", "--json")["root"] == A
+    assert main([*common, "tree", C[:20]]) == 0
+    assert capsys.readouterr().out.startswith(f"{C[:12]}…  1 key")
+    assert json_of(capsys, 0, *common, "inspect", "deadbeef1", "--json")["node"][
+        "prefix_hash"] == twins[1]
+
+    assert main([*common, "inspect", "deadbeef"]) == 1  # two nodes begin with it
+    err = capsys.readouterr().err
+    assert "hash prefix 'deadbeef' begins more than one node's hash" in err
+    assert twins[0] in err and twins[1] in err
+    assert main([*common, "tree", "deadbeef"]) == 1
+    assert "begins more than one node's hash" in capsys.readouterr().err
+    for missing in ("deadbeff", "deadbeef2"):
+        for command in ("inspect", "tree"):
+            assert main([*common, command, missing]) == 1
+            assert capsys.readouterr().err == (f"error: no node in namespace 'pre' has a hash "
+                                               f"beginning with {missing!r}\n")
+    assert main([*common, "inspect", "deadbee"]) == 1  # 7 digits: not taken as a prefix
+    assert "no node or object 'deadbee'" in capsys.readouterr().err
+
+
 # -- errors and URLs ---------------------------------------------------------------------
 
 
