@@ -1,4 +1,4 @@
-"""The `mooncake-redis` command: demo, stats, inspect, tree (and the commands that live
+"""The `mooncake-redis` command: demo, stats, inspect, tree, roots (and the commands that live
 beside the modules they drive: config_cli, eviction_cli, maintenance_cli, sim.cli).
 
 Conventions, as rq, celery and redis-cli follow them: the global options (--url,
@@ -32,6 +32,7 @@ from .prefix import PREFIX_HASH_LENGTH
 from .render import Views, human_bytes, plural
 from .settings import DEFAULT_NAMESPACE, DEFAULT_URL, ENV_NAMESPACE, ENV_PREFIX, ENV_URL
 from .urls import safe_url, secrets_of
+from .values import parent_of
 
 OK, FINDING, USAGE = 0, 1, 2
 FAILURE = FINDING  # a runtime error exits 1 like a finding: 2 means the command line is wrong
@@ -224,6 +225,34 @@ def cmd_tree(args: argparse.Namespace) -> int:
     return OK
 
 
+def find_roots(index: Index, limit: int) -> tuple[list[str], bool]:
+    """Up to limit hashes of nodes without a parent, in SCAN order (a SCAN over node keys,
+    then each page's `p` fields in one batch), and whether more were left unlisted."""
+    roots: list[str] = []
+    for page in scan_node_keys(index.ctx):
+        batch = index.ctx.batch()
+        for key in page:
+            batch.command("HGET", key, "p")
+        for key, parent in zip(page, batch.execute()):
+            if parent_of(parent) is None:
+                if len(roots) == limit:
+                    return roots, True
+                roots.append(index.ctx.schema.hash_of_node_key(key))
+    return roots, False
+
+
+def cmd_roots(args: argparse.Namespace) -> int:
+    index = open_index(args, read_only=True)
+    roots, more = find_roots(index, args.limit)
+    if args.json:
+        print_json({"roots": roots, "more": more})
+        return OK
+    print("\n".join(roots))
+    if more:
+        print(f"… stopped at {plural(args.limit, 'root')}; use --limit", file=sys.stderr)
+    return OK
+
+
 def at_least(minimum: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
@@ -328,6 +357,13 @@ def build_parser() -> argparse.ArgumentParser:
     tree.add_argument("--max-nodes", type=at_least(1), default=200, help="default: 200")
     add_json_option(tree)
     tree.set_defaults(func=cmd_tree)
+
+    roots = commands.add_parser(
+        "roots", help="list the hashes of nodes without a parent, in SCAN order (reads only)")
+    roots.add_argument("--limit", type=at_least(1), default=100,
+                       help="roots listed at most (default: 100)")
+    add_json_option(roots)
+    roots.set_defaults(func=cmd_roots)
 
     for register in extra_commands():
         register(commands)

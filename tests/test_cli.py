@@ -399,6 +399,26 @@ def test_a_unique_hash_prefix_names_its_node_in_inspect_and_tree(
     assert "no node or object 'deadbee'" in capsys.readouterr().err
 
 
+def test_roots_lists_the_nodes_without_a_parent_up_to_the_limit(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    index = Index.from_url(redis_url, namespace="rt")
+    build(index)
+    D = page("d")
+    index.put_start(f"{D}_0_k", 8)
+    common = ["--url", redis_url, "--namespace", "rt", "roots"]
+    nodes = [index.get_node(h) for h in (A, B, D)]
+    assert [node and node.parent for node in nodes] == [None, A, None]
+
+    assert main(common) == 0
+    assert sorted(capsys.readouterr().out.split()) == sorted((A, D))
+    listed = json_of(capsys, 0, *common, "--json")
+    assert sorted(listed["roots"]) == sorted((A, D)) and listed["more"] is False
+    listed = json_of(capsys, 0, *common, "--json", "--limit", "1")
+    assert listed["roots"][0] in (A, D) and len(listed["roots"]) == 1 and listed["more"]
+    assert main([*common, "--limit", "1"]) == 0
+    assert "stopped at 1 root; use --limit" in capsys.readouterr().err
+
+
 # -- errors and URLs ---------------------------------------------------------------------
 
 
@@ -445,8 +465,8 @@ def test_redis_cli_flags_come_from_the_url_without_its_password() -> None:
 def test_help_lists_every_command() -> None:
     result = run_cli("--help")
     assert result.returncode == 0
-    for command in ("demo", "stats", "inspect", "tree", "config", "evict", "worker", "monitor",
-                    "fsck", "doctor", "metrics", "sim"):
+    for command in ("demo", "stats", "inspect", "tree", "roots", "config", "evict", "worker",
+                    "monitor", "fsck", "doctor", "metrics", "sim"):
         assert command in result.stdout
 
 
