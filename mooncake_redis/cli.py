@@ -218,7 +218,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
         print("\n".join(views.tree(args.prefix_hash, args.depth, args.max_nodes)))
         return OK
     steps, stopped = views.walk(args.prefix_hash, args.depth, args.max_nodes)
-    print_json({"root": args.prefix_hash, "stopped_at_max_nodes": stopped,
+    print_json({"root": args.prefix_hash, "stopped_at_max_nodes": stopped is not None,
                 "nodes": [{"prefix_hash": step.prefix_hash, "tree_parent": step.parent,
                            "depth": step.depth, "hidden_children": step.hidden,
                            "node": step.node} for step in steps]})

@@ -127,16 +127,18 @@ class Views:
             *self.raw_commands([("HGET", self.schema.node(info.prefix_hash), f"o:{suffix}")]),
         ]
 
-    def walk(self, root: str, max_depth: int, max_nodes: int) -> tuple[list[Step], bool]:
+    def walk(self, root: str, max_depth: int, max_nodes: int
+             ) -> tuple[list[Step], tuple[bool, ...] | None]:
         """The subtree under root, depth first (children in hash order), at most max_nodes
-        nodes and max_depth levels; and whether max_nodes stopped the walk."""
+        nodes and max_depth levels; and, if max_nodes stopped the walk, where (the `lasts`
+        of the first node left out)."""
         steps: list[Step] = []
         stack: list[tuple[str, str | None, tuple[bool, ...]]] = [(root, None, ())]
         seen: set[str] = set()
         while stack:
             prefix_hash, parent, lasts = stack.pop()
             if len(steps) >= max_nodes:
-                return steps, True
+                return steps, lasts
             node = self.index.get_node(prefix_hash)
             step = Step(prefix_hash, parent, node, lasts)
             steps.append(step)
@@ -149,7 +151,7 @@ class Views:
                 continue
             for position, child in reversed(list(enumerate(children))):
                 stack.append((child, prefix_hash, (*lasts, position == len(children) - 1)))
-        return steps, False
+        return steps, None
 
     def tree(self, root: str, max_depth: int, max_nodes: int) -> list[str]:
         """The subtree under root, one line per node, children indented (depth first)."""
@@ -162,8 +164,9 @@ class Views:
             if step.hidden:
                 lines.append(f"{_indent(step.lasts)}… "
                              f"{plural(step.hidden, 'child', 'children')} below (use --depth)")
-        if stopped:
-            lines.append(f"… (stopped at {plural(max_nodes, 'node')}; use --max-nodes)")
+        if stopped is not None:
+            lines.append(f"{_indent(stopped[:-1])}… (stopped at {plural(max_nodes, 'node')}; "
+                         "use --max-nodes)")
         return lines
 
 

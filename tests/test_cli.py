@@ -505,14 +505,16 @@ def test_exit_codes_2_only_for_usage_errors(redis_url: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     for wrong in (["no-such-command"], ["monitor", "--interval", "-1"],
                   ["monitor", "--interval", "nan"], ["evict", "--rounds", "0"],
-                  ["fsck", "--show", "-3"], ["stats", "--no-such-option"], []):
+                  ["fsck", "--show", "-3"], ["stats", "--no-such-option"],
+                  ["roots", "--limit", "0"], []):
         with pytest.raises(SystemExit) as usage_error:
             main(["--url", redis_url, *wrong])
         assert usage_error.value.code == 2, wrong
         err = capsys.readouterr().err
         assert "usage: mooncake-redis" in err and "Traceback" not in err
     # a runtime failure is 1, whatever the command: here Redis refuses the connection
-    for command in (["stats"], ["fsck", "--quiet"], ["doctor"], ["evict", "--quiet"]):
+    for command in (["stats"], ["stats", "--json"], ["roots"], ["fsck", "--quiet"], ["doctor"],
+                    ["evict", "--quiet"]):
         assert main(["--url", "redis://127.0.0.1:1/0", *command]) == 1, command
         assert capsys.readouterr().err.startswith("error: Redis at redis://127.0.0.1:1/0")
 
