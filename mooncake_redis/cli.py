@@ -1,4 +1,4 @@
-"""The `mooncake-redis` command: demo, stats, inspect, tree (and the commands that live
+"""The `mooncake-redis` command: demo, stats, inspect, tree, roots (and the commands that live
 beside the modules they drive: config_cli, eviction_cli, maintenance_cli, sim.cli).
 
 Conventions, as rq, celery and redis-cli follow them: the global options (--url,
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 
@@ -21,19 +22,27 @@ from . import __version__
 from .cli_support import (
     FINDING,
     OK,
+    add_json_option,
     at_least,
     fail,
+    jsonable,
     open_index,
+    print_json,
     redis_url,
     url_of,
 )
 from .errors import MooncakeRedisError
 from .index import Index
+from .matching import scan_node_keys
+from .prefix import PREFIX_HASH_LENGTH
 from .render import Views, human_bytes, plural
 from .settings import DEFAULT_NAMESPACE, DEFAULT_URL, ENV_NAMESPACE, ENV_PREFIX, ENV_URL
 from .urls import safe_url
+from .values import parent_of
 
 DEMO_NAMESPACE = "demo"
+MIN_HASH_PREFIX = 8
+"""Hex digits a shortened prefix hash needs (tree prints 12)."""
 IN_PROCESS_COMMANDS = ("demo", "sim")
 """Commands meant to run on the in-process store when no URL is given: the others warn."""
 
@@ -61,13 +70,23 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
     index = open_index(args, read_only=True)
     usage = index.usage()
+    running = bool(index.client.exists(index.ctx.schema.eviction_lock))
+    if args.json:
+        from .admission import read_shards
+        from .config_cli import settings_document
+
+        print_json({"namespace": index.namespace, "url": safe_url(url_of(args)),
+                    "usage": {**jsonable(usage), "ratio": usage.ratio},
+                    "shard_limits": {shard.shard: shard.limit for shard in read_shards(index.ctx)
+                                     if shard.limit is not None},
+                    "eviction_running": running, **settings_document(index)})
+        return OK
     capacity = human_bytes(usage.capacity_bytes) if usage.capacity_bytes else "unlimited"
     print(f"namespace {index.namespace!r} at {safe_url(url_of(args))}")
     print(f"usage      {plural(usage.objects, 'object')} in {plural(usage.nodes, 'node')}, "
           f"{human_bytes(usage.used_bytes)} used of {capacity}"
           + (f" ({usage.ratio:.1%})" if usage.capacity_bytes else ""))
     print(f"admission  {admission_limits(index)}")
-    running = index.client.exists(index.ctx.schema.eviction_lock)
     print(f"eviction   {'a job is running' if running else 'no job running'}")
     print("\n".join(settings_lines(index)))
     return OK
@@ -88,22 +107,53 @@ def admission_limits(index: Index) -> str:
             "by the last keeper run: eviction, monitor, capacity change)")
 
 
+HASH_PREFIX = re.compile(rf"[0-9a-f]{{{MIN_HASH_PREFIX},{PREFIX_HASH_LENGTH - 1}}}")
+
+
+class AmbiguousHash(MooncakeRedisError):
+    """A hash prefix that more than one node's hash begins with."""
+
+
+class NoSuchHash(MooncakeRedisError):
+    """A hash prefix that no node's hash begins with."""
+
+
+def full_hash(index: Index, text: str) -> str:
+    """The hash of the one node whose hash begins with text, when text is 8 to 63 lowercase
+    hex digits (a trailing … as tree prints it is dropped); text itself otherwise. Found by
+    SCAN MATCH in the prefix's shard, stopped at the second match; no match raises
+    NoSuchHash, two AmbiguousHash (both exit 1)."""
+    start = text.removesuffix("…")
+    if not HASH_PREFIX.fullmatch(start):
+        return text
+    found: list[str] = []
+    for page in scan_node_keys(index.ctx, start[:2], start):
+        found += [index.ctx.schema.hash_of_node_key(key) for key in page]
+        if len(found) > 1:
+            raise AmbiguousHash(f"hash prefix {start!r} begins more than one node's hash "
+                                f"({found[0]}, {found[1]}, …): give more digits")
+    if not found:
+        raise NoSuchHash(f"no node in namespace {index.namespace!r} has a hash beginning "
+                         f"with {start!r}")
+    return found[0]
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     index = open_index(args, read_only=True)
+    if index.object_info(args.target) is None:  # an object key is taken as it is
+        args.target = full_hash(index, args.target)
     views = Views(index)
     now_ms = index.ctx.redis_time_ms()
-    found = False
-    if index.ctx.extractor.is_hash(args.target):
-        node = index.get_node(args.target)
-        if node is not None:
-            print("\n".join(views.node(node, now_ms)))
-            found = True
+    node = index.get_node(args.target) if index.ctx.extractor.is_hash(args.target) else None
     info = index.object_info(args.target)
-    if info is not None:
+    if args.json and (node or info):
+        print_json({"node": node, "object": info})
+    elif node is not None:
+        print("\n".join(views.node(node, now_ms)))
+    if info is not None and not args.json:
         print("\n".join(views.object(info, now_ms,
                                      index.settings.put_start_release_timeout_ms)))
-        found = True
-    if not found:
+    if node is None and info is None:
         print(f"no node or object {args.target!r} in namespace {index.namespace!r} at "
               f"{safe_url(url_of(args))}", file=sys.stderr)
         return FINDING
@@ -112,11 +162,48 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_tree(args: argparse.Namespace) -> int:
     index = open_index(args, read_only=True)
+    args.prefix_hash = full_hash(index, args.prefix_hash)
     if index.get_node(args.prefix_hash) is None:
         print(f"no node {args.prefix_hash!r} in namespace {index.namespace!r} at "
               f"{safe_url(url_of(args))}", file=sys.stderr)
         return FINDING
-    print("\n".join(Views(index).tree(args.prefix_hash, args.depth, args.max_nodes)))
+    views = Views(index)
+    if not args.json:
+        print("\n".join(views.tree(args.prefix_hash, args.depth, args.max_nodes)))
+        return OK
+    steps, stopped = views.walk(args.prefix_hash, args.depth, args.max_nodes)
+    print_json({"root": args.prefix_hash, "stopped_at_max_nodes": stopped is not None,
+                "nodes": [{"prefix_hash": step.prefix_hash, "tree_parent": step.parent,
+                           "depth": step.depth, "hidden_children": step.hidden,
+                           "node": step.node} for step in steps]})
+    return OK
+
+
+def find_roots(index: Index, limit: int) -> tuple[list[str], bool]:
+    """Up to limit hashes of nodes without a parent, in SCAN order (a SCAN over node keys,
+    then each page's `p` fields in one batch), and whether more were left unlisted."""
+    roots: list[str] = []
+    for page in scan_node_keys(index.ctx):
+        batch = index.ctx.batch()
+        for key in page:
+            batch.command("HGET", key, "p")
+        for key, parent in zip(page, batch.execute()):
+            if parent_of(parent) is None:
+                if len(roots) == limit:
+                    return roots, True
+                roots.append(index.ctx.schema.hash_of_node_key(key))
+    return roots, False
+
+
+def cmd_roots(args: argparse.Namespace) -> int:
+    index = open_index(args, read_only=True)
+    roots, more = find_roots(index, args.limit)
+    if args.json:
+        print_json({"roots": roots, "more": more})
+        return OK
+    print("\n".join(roots))
+    if more:
+        print(f"… stopped at {plural(args.limit, 'root')}; use --limit", file=sys.stderr)
     return OK
 
 
@@ -171,19 +258,30 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     stats = commands.add_parser("stats", help="usage, admission, settings (reads only)")
+    add_json_option(stats)
     stats.set_defaults(func=cmd_stats)
 
     inspect = commands.add_parser(
         "inspect", help="a node (by prefix hash) or an object (by key), with the redis-cli "
                         "commands that show its raw data (reads only)")
-    inspect.add_argument("target", help="a prefix hash or an object key")
+    inspect.add_argument("target", help="a prefix hash (or its first 8+ hex digits, if no "
+                                        "other node's hash begins with them) or an object key")
+    add_json_option(inspect)
     inspect.set_defaults(func=cmd_inspect)
 
     tree = commands.add_parser("tree", help="draw the subtree under a prefix hash (reads only)")
-    tree.add_argument("prefix_hash")
+    tree.add_argument("prefix_hash", help="a prefix hash, or its first 8+ hex digits")
     tree.add_argument("--depth", type=at_least(0), default=8, help="default: 8")
     tree.add_argument("--max-nodes", type=at_least(1), default=200, help="default: 200")
+    add_json_option(tree)
     tree.set_defaults(func=cmd_tree)
+
+    roots = commands.add_parser(
+        "roots", help="list the hashes of nodes without a parent, in SCAN order (reads only)")
+    roots.add_argument("--limit", type=at_least(1), default=100,
+                       help="roots listed at most (default: 100)")
+    add_json_option(roots)
+    roots.set_defaults(func=cmd_roots)
 
     for register in extra_commands():
         register(commands)

@@ -5,6 +5,9 @@ password masked, and argument types."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import math
 import os
 import re
 import sys
@@ -80,3 +83,27 @@ def redis_url(text: str) -> str:
             f"unknown URL scheme in {redact(text)!r}; use one of "
             + ", ".join(f"{scheme}://" for scheme in SUPPORTED_SCHEMES))
     return text
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON document on stdout instead of text (same exit "
+                             "codes; an infinite score is the string \"inf\")")
+
+
+def jsonable(value: Any) -> Any:
+    """Dataclasses as dicts, tuples as lists, infinite floats as "inf"/"-inf" (JSON has no
+    infinity)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(key): jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(item) for item in value]
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
+
+
+def print_json(document: Any) -> None:
+    print(json.dumps(jsonable(document), indent=2, allow_nan=False))

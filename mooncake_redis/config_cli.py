@@ -6,34 +6,49 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
-from .cli_support import OK, USAGE, fail, open_index
+from .cli_support import OK, USAGE, add_json_option, fail, open_index, print_json
 from .errors import ConfigurationError
 from .index import Index
 from .render import human_bytes
 from .settings import SETTING_NAMES, Settings, coerce
 
 
+def read_settings(index: Index, names: list[str] | None = None
+                  ) -> tuple[list[tuple[str, object, bool]], dict[str, str]]:
+    """(name, value, stored) of each setting as every client of the namespace reads it
+    (all, or those named), and the stored names this version does not know."""
+    stored = index.client.hgetall(index.ctx.schema.settings)
+    settings = index.ctx.reload_settings()
+    known = [(field.name, getattr(settings, field.name), field.name in stored)
+             for field in fields(Settings) if not names or field.name in names]
+    unknown = {name: stored[name] for name in sorted(set(stored) - set(SETTING_NAMES))
+               if not names or name in names}
+    return known, unknown
+
+
+def settings_document(index: Index, names: list[str] | None = None) -> dict[str, object]:
+    """The settings for --json: {name: {value, stored}}, and unknown stored names."""
+    known, unknown = read_settings(index, names)
+    return {"settings": {name: {"value": value, "stored": stored}
+                         for name, value, stored in known},
+            "unknown_stored_settings": unknown}
+
+
 def settings_lines(index: Index, names: list[str] | None = None) -> list[str]:
     """The settings as every client of the namespace reads them, marking the ones not
     stored (their default applies) and stored names this version does not know."""
-    stored = index.client.hgetall(index.ctx.schema.settings)
-    settings = index.ctx.reload_settings()
+    known, unknown = read_settings(index, names)
     lines = [f"settings of namespace {index.namespace!r} ({index.ctx.schema.settings}; "
              "* = not stored, the default applies):"]
-    for field in fields(Settings):
-        if names and field.name not in names:
-            continue
-        value = getattr(settings, field.name)
+    for name, value, stored in known:
         shown = str(value)
-        if field.name in ("capacity_bytes", "max_object_size") and value:
+        if name in ("capacity_bytes", "max_object_size") and isinstance(value, int) and value:
             shown += f" ({human_bytes(value)})"
-        elif field.name == "capacity_bytes":
+        elif name == "capacity_bytes":
             shown += " (unlimited)"
-        mark = "" if field.name in stored else " *"
-        lines.append(f"  {field.name:<30} {shown}{mark}")
-    for name in sorted(set(stored) - set(SETTING_NAMES)):
-        if not names or name in names:
-            lines.append(f"  {name:<30} {stored[name]} (not a setting of this version: ignored)")
+        lines.append(f"  {name:<30} {shown}{'' if stored else ' *'}")
+    lines += [f"  {name:<30} {value} (not a setting of this version: ignored)"
+              for name, value in unknown.items()]
     return lines
 
 
@@ -59,7 +74,11 @@ def cmd_config_get(args: argparse.Namespace) -> int:
     if unknown:
         return fail(f"unknown settings {', '.join(unknown)}; settings: {', '.join(SETTING_NAMES)}",
                     code=USAGE)
-    print("\n".join(settings_lines(open_index(args, read_only=True), args.names)))
+    index = open_index(args, read_only=True)
+    if args.json:
+        print_json({"namespace": index.namespace, **settings_document(index, args.names)})
+    else:
+        print("\n".join(settings_lines(index, args.names)))
     return OK
 
 
@@ -73,11 +92,13 @@ def cmd_config_set(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+
     config = subparsers.add_parser(
         "config", help="show the namespace's settings, or change them for every client")
     actions = config.add_subparsers(dest="action", required=True, metavar="ACTION")
     get = actions.add_parser("get", help="show settings (all, or those named; reads only)")
     get.add_argument("names", nargs="*", metavar="NAME")
+    add_json_option(get)
     get.set_defaults(func=cmd_config_get)
     set_ = actions.add_parser(
         "set", help="store settings (NAME=VALUE ...); a new capacity_bytes rebalances the "

@@ -7,7 +7,18 @@ import sys
 
 from tqdm import tqdm
 
-from .cli_support import FINDING, OK, at_least, namespace_of, open_index, url_of
+from .cli_support import (
+    FINDING,
+    OK,
+    USAGE,
+    add_json_option,
+    at_least,
+    fail,
+    namespace_of,
+    open_index,
+    print_json,
+    url_of,
+)
 from .doctor import examine
 from .fsck import FsckReport, check
 from .prefix import SHARD_COUNT
@@ -17,11 +28,21 @@ from .urls import safe_url
 
 def cmd_fsck(args: argparse.Namespace) -> int:
 
+    if args.json and args.repair:
+        return fail("--json is for the read-only check: run fsck --repair without it",
+                    code=USAGE)
     index = open_index(args, read_only=not args.repair)
     shards = args.shard or None
     with tqdm(total=len(shards) if shards else SHARD_COUNT, unit="shard", desc="fsck",
               leave=False, disable=True if args.quiet else None) as bar:  # only on a TTY
         report = check(index.ctx, repair=args.repair, shards=shards, progress=bar.update)
+    if args.json:
+        print_json({"clean": report.clean, "shards": report.shards, "nodes": report.nodes,
+                    "objects": report.objects, "zombies": report.zombies,
+                    "counts": report.counts, "resolver": report.resolver,
+                    "problems": [{"kind": kind, "detail": detail}
+                                 for kind, detail in report.problems[:args.show]]})
+        return OK if report.clean else FINDING
     print("\n".join(report_lines(report, args.show)))
     if report.clean:
         print("clean")
@@ -60,6 +81,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     url = url_of(args)
     diagnosis = examine(open_index(args, read_only=True).ctx, url, safe_url(url))
+    if args.json:
+        print_json({"namespace": namespace_of(args), "url": safe_url(url), "ok":
+                    not diagnosis.warnings, "facts": diagnosis.facts,
+                    "warnings": diagnosis.warnings})
+        return FINDING if diagnosis.warnings else OK
     print(f"namespace {namespace_of(args)!r} at {safe_url(url)}")
     for fact in diagnosis.facts:
         print(f"  {fact}")
@@ -90,9 +116,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="only this shard (repeatable; default: all 256, and cycles)")
     fsck.add_argument("--show", type=at_least(0), default=20, help="problems listed (default: 20)")
     fsck.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_json_option(fsck)
     fsck.set_defaults(func=cmd_fsck)
 
     doctor = subparsers.add_parser(
         "doctor", help="warn if Redis persists nothing or evicts keys on its own, or the "
                        "namespace holds data model v1 keys (reads only); exit 1 on a warning")
+    add_json_option(doctor)
     doctor.set_defaults(func=cmd_doctor)

@@ -41,9 +41,12 @@ def primaries(client: Any) -> list[Any]:
     return [client]
 
 
-def scan_node_keys(ctx: Context, shard: str | None = None) -> Iterator[list[str]]:
-    """Pages of node keys of the namespace, or of one shard (SCAN MATCH on every primary)."""
-    pattern = ctx.schema.node_pattern() if shard is None else ctx.schema.node_prefix(shard) + "*"
+def scan_node_keys(ctx: Context, shard: str | None = None, start: str = ""
+                   ) -> Iterator[list[str]]:
+    """Pages of node keys of the namespace, or of one shard (SCAN MATCH on every primary);
+    with a shard, only the nodes whose hash begins with start (no glob characters)."""
+    pattern = ctx.schema.node_pattern() if shard is None else \
+        ctx.schema.node_prefix(shard) + start + "*"
     for client in primaries(ctx.client):
         cursor = 0
         while True:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from .index import Index
 from .models import NodeInfo, ObjectInfo
@@ -126,33 +127,68 @@ class Views:
             *self.raw_commands([("HGET", self.schema.node(info.prefix_hash), f"o:{suffix}")]),
         ]
 
-    def tree(self, root: str, max_depth: int, max_nodes: int) -> list[str]:
-        """The subtree under root, one line per node, children indented (depth first)."""
-        lines: list[str] = []
-        stack: list[tuple[str, str | None, str, bool, int]] = [(root, None, "", True, 0)]
+    def walk(self, root: str, max_depth: int, max_nodes: int
+             ) -> tuple[list[Step], tuple[bool, ...] | None]:
+        """The subtree under root, depth first (children in hash order), at most max_nodes
+        nodes and max_depth levels; and, if max_nodes stopped the walk, where (the `lasts`
+        of the first node left out)."""
+        steps: list[Step] = []
+        stack: list[tuple[str, str | None, tuple[bool, ...]]] = [(root, None, ())]
         seen: set[str] = set()
         while stack:
-            prefix_hash, parent, indent, last, depth = stack.pop()
-            if len(lines) >= max_nodes:
-                lines.append(f"{indent}… (stopped at {plural(max_nodes, 'node')}; use --max-nodes)")
-                break
+            prefix_hash, parent, lasts = stack.pop()
+            if len(steps) >= max_nodes:
+                return steps, lasts
             node = self.index.get_node(prefix_hash)
-            branch = "" if depth == 0 else ("└─ " if last else "├─ ")
-            label = _tree_label(node, parent)
-            lines.append(f"{indent}{branch}{short(prefix_hash)}  {label}")
+            step = Step(prefix_hash, parent, node, lasts)
+            steps.append(step)
             if node is None or (parent is not None and node.parent != parent):
                 continue
             seen.add(prefix_hash)
             children = [c for c in node.children if c not in seen]
-            child_indent = indent if depth == 0 else indent + ("   " if last else "│  ")
-            if depth == max_depth and children:
-                lines.append(f"{child_indent}… {plural(len(children), 'child', 'children')} "
-                             "below (use --depth)")
+            if len(lasts) == max_depth:
+                step.hidden = len(children)
                 continue
             for position, child in reversed(list(enumerate(children))):
-                stack.append((child, prefix_hash, child_indent, position == len(children) - 1,
-                               depth + 1))
+                stack.append((child, prefix_hash, (*lasts, position == len(children) - 1)))
+        return steps, None
+
+    def tree(self, root: str, max_depth: int, max_nodes: int) -> list[str]:
+        """The subtree under root, one line per node, children indented (depth first)."""
+        steps, stopped = self.walk(root, max_depth, max_nodes)
+        lines: list[str] = []
+        for step in steps:
+            branch = "" if not step.lasts else ("└─ " if step.lasts[-1] else "├─ ")
+            lines.append(f"{_indent(step.lasts[:-1])}{branch}{short(step.prefix_hash)}  "
+                         f"{_tree_label(step.node, step.parent)}")
+            if step.hidden:
+                lines.append(f"{_indent(step.lasts)}… "
+                             f"{plural(step.hidden, 'child', 'children')} below (use --depth)")
+        if stopped is not None:
+            lines.append(f"{_indent(stopped[:-1])}… (stopped at {plural(max_nodes, 'node')}; "
+                         "use --max-nodes)")
         return lines
+
+
+@dataclass
+class Step:
+    """One node of a walked subtree: its parent in the walk, the node (None: a dangling
+    link), whether it and each ancestor below the root is its parent's last child, and
+    how many children the depth limit hid."""
+
+    prefix_hash: str
+    parent: str | None
+    node: NodeInfo | None
+    lasts: tuple[bool, ...]
+    hidden: int = 0
+
+    @property
+    def depth(self) -> int:
+        return len(self.lasts)
+
+
+def _indent(lasts: tuple[bool, ...]) -> str:
+    return "".join("   " if last else "│  " for last in lasts)
 
 
 def _listed(names: list[str]) -> list[str]:

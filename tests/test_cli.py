@@ -3,7 +3,10 @@ redis-server the tests start. Assertions are on what Redis holds and what is pri
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
+import json
+import math
 import os
 import shlex
 import shutil
@@ -11,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -304,6 +308,117 @@ def test_fsck_finds_a_dangling_child_and_repair_fixes_it(
     assert check(index.ctx).clean
 
 
+def json_of(capsys: pytest.CaptureFixture[str], code: int, *args: str) -> Any:
+    """Run the command; check its exit code; its stdout parsed as one JSON document."""
+    assert main(list(args)) == code
+    return json.loads(capsys.readouterr().out)
+
+
+def test_every_read_command_prints_one_json_document_with_the_librarys_values(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    index = Index.from_url(redis_url, namespace="js")
+    build(index)
+    index.set_config(capacity_bytes=1 << 20)
+    index.put_start(f"{B}_1_k", 10, hard_pin=True)  # a hard-pinned leaf: score infinite
+    index.put_end(f"{B}_1_k")
+    common = ["--url", redis_url, "--namespace", "js"]
+
+    stats = json_of(capsys, 0, *common, "stats", "--json")
+    usage = index.usage()
+    assert stats["usage"] == {**dataclasses.asdict(usage), "ratio": usage.ratio}
+    assert stats["eviction_running"] is False and stats["namespace"] == "js"
+    assert stats["settings"]["capacity_bytes"] == {"value": 1 << 20, "stored": True}
+
+    inspected = json_of(capsys, 0, *common, "inspect", B, "--json")
+    node = index.get_node(B)
+    assert node is not None and node.eviction_score == math.inf
+    assert inspected == {"node": {**dataclasses.asdict(node), "eviction_score": "inf"},
+                         "object": None}
+    inspected = json_of(capsys, 0, *common, "inspect", f"{C}_0_k", "--json")
+    assert inspected["object"] == dataclasses.asdict(index.object_info(f"{C}_0_k"))
+    assert main([*common, "inspect", page("none"), "--json"]) == 1
+    assert capsys.readouterr().out == ""
+
+    tree = json_of(capsys, 0, *common, "tree", A, "--json", "--depth", "0")
+    assert tree["stopped_at_max_nodes"] is False
+    assert [(n["prefix_hash"], n["depth"], n["hidden_children"]) for n in tree["nodes"]] \
+        == [(A, 0, 2)]
+    tree = json_of(capsys, 0, *common, "tree", A, "--json")
+    assert [(n["prefix_hash"], n["tree_parent"], n["depth"]) for n in tree["nodes"]] \
+        == [(A, None, 0), *((child, A, 1) for child in sorted((B, C)))]
+    assert tree["nodes"][0]["node"] == dataclasses.asdict(index.get_node(A))
+    assert json_of(capsys, 0, *common, "tree", A, "--json", "--max-nodes", "1")[
+        "stopped_at_max_nodes"] is True
+
+    config = json_of(capsys, 0, *common, "config", "get", "high_watermark", "--json")
+    assert config["settings"] == {
+        "high_watermark": {"value": index.settings.high_watermark, "stored": False}}
+
+    fsck = json_of(capsys, 0, *common, "fsck", "--quiet", "--json")
+    report = check(index.ctx)
+    assert fsck["clean"] is True and fsck["problems"] == []
+    assert (fsck["nodes"], fsck["objects"], fsck["shards"]) == \
+        (report.nodes, report.objects, report.shards)
+    index.client.hset(index.ctx.schema.node(A), mapping={page("never"): 1, "nc": 3})
+    fsck = json_of(capsys, 1, *common, "fsck", "--quiet", "--json")
+    assert fsck["clean"] is False and fsck["counts"] == {"dangling_child": 1}
+    assert main([*common, "fsck", "--json", "--repair"]) == 2  # --json only reads
+
+    doctor = json_of(capsys, 1, *common, "doctor", "--json")  # the tests' server persists nothing
+    assert doctor["ok"] is False and any("persists nothing" in w for w in doctor["warnings"])
+
+
+def test_a_unique_hash_prefix_names_its_node_in_inspect_and_tree(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    index = Index.from_url(redis_url, namespace="pre")
+    build(index)
+    twins = ["deadbeef" + "0" * 56, "deadbeef" + "1" * 56]
+    for twin in twins:
+        index.put_start(f"{twin}_0_k", 8)
+    common = ["--url", redis_url, "--namespace", "pre"]
+
+    assert json_of(capsys, 0, *common, "inspect", A[:8], "--json")["node"]["prefix_hash"] == A
+    assert json_of(capsys, 0, *common, "tree", f"{A[:12]}…", "--json")["root"] == A
+    assert main([*common, "tree", C[:20]]) == 0
+    assert capsys.readouterr().out.startswith(f"{C[:12]}…  1 key")
+    assert json_of(capsys, 0, *common, "inspect", "deadbeef1", "--json")["node"][
+        "prefix_hash"] == twins[1]
+
+    assert main([*common, "inspect", "deadbeef"]) == 1  # two nodes begin with it
+    err = capsys.readouterr().err
+    assert "hash prefix 'deadbeef' begins more than one node's hash" in err
+    assert twins[0] in err and twins[1] in err
+    assert main([*common, "tree", "deadbeef"]) == 1
+    assert "begins more than one node's hash" in capsys.readouterr().err
+    for missing in ("deadbeff", "deadbeef2"):
+        for command in ("inspect", "tree"):
+            assert main([*common, command, missing]) == 1
+            assert capsys.readouterr().err == (f"error: no node in namespace 'pre' has a hash "
+                                               f"beginning with {missing!r}\n")
+    assert main([*common, "inspect", "deadbee"]) == 1  # 7 digits: not taken as a prefix
+    assert "no node or object 'deadbee'" in capsys.readouterr().err
+
+
+def test_roots_lists_the_nodes_without_a_parent_up_to_the_limit(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    index = Index.from_url(redis_url, namespace="rt")
+    build(index)
+    D = page("d")
+    index.put_start(f"{D}_0_k", 8)
+    common = ["--url", redis_url, "--namespace", "rt", "roots"]
+    nodes = [index.get_node(h) for h in (A, B, D)]
+    assert [node and node.parent for node in nodes] == [None, A, None]
+
+    assert main(common) == 0
+    assert sorted(capsys.readouterr().out.split()) == sorted((A, D))
+    listed = json_of(capsys, 0, *common, "--json")
+    assert sorted(listed["roots"]) == sorted((A, D)) and listed["more"] is False
+    listed = json_of(capsys, 0, *common, "--json", "--limit", "1")
+    assert listed["roots"][0] in (A, D) and len(listed["roots"]) == 1 and listed["more"]
+    assert main([*common, "--limit", "1"]) == 0
+    assert "stopped at 1 root; use --limit" in capsys.readouterr().err
+
+
 # -- errors and URLs ---------------------------------------------------------------------
 
 
@@ -350,8 +465,8 @@ def test_redis_cli_flags_come_from_the_url_without_its_password() -> None:
 def test_help_lists_every_command() -> None:
     result = run_cli("--help")
     assert result.returncode == 0
-    for command in ("demo", "stats", "inspect", "tree", "config", "evict", "worker", "monitor",
-                    "fsck", "doctor", "metrics", "sim"):
+    for command in ("demo", "stats", "inspect", "tree", "roots", "config", "evict", "worker",
+                    "monitor", "fsck", "doctor", "metrics", "sim"):
         assert command in result.stdout
 
 
@@ -390,14 +505,16 @@ def test_exit_codes_2_only_for_usage_errors(redis_url: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     for wrong in (["no-such-command"], ["monitor", "--interval", "-1"],
                   ["monitor", "--interval", "nan"], ["evict", "--rounds", "0"],
-                  ["fsck", "--show", "-3"], ["stats", "--no-such-option"], []):
+                  ["fsck", "--show", "-3"], ["stats", "--no-such-option"],
+                  ["roots", "--limit", "0"], []):
         with pytest.raises(SystemExit) as usage_error:
             main(["--url", redis_url, *wrong])
         assert usage_error.value.code == 2, wrong
         err = capsys.readouterr().err
         assert "usage: mooncake-redis" in err and "Traceback" not in err
     # a runtime failure is 1, whatever the command: here Redis refuses the connection
-    for command in (["stats"], ["fsck", "--quiet"], ["doctor"], ["evict", "--quiet"]):
+    for command in (["stats"], ["stats", "--json"], ["roots"], ["fsck", "--quiet"], ["doctor"],
+                    ["evict", "--quiet"]):
         assert main(["--url", "redis://127.0.0.1:1/0", *command]) == 1, command
         assert capsys.readouterr().err.startswith("error: Redis at redis://127.0.0.1:1/0")
 
