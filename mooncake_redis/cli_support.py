@@ -54,9 +54,9 @@ def at_least(minimum: int) -> Callable[[str], int]:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
         if value < minimum:
-            raise argparse.ArgumentTypeError(f"{text} is below {minimum}")
+            raise argparse.ArgumentTypeError(f"{value} is below the minimum {minimum}")
         return value
 
     return parse

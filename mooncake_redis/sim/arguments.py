@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from mooncake_redis.cli_support import at_least
 from mooncake_redis.sim.runner import check_capacity_fractions, check_names
 
 BAD_INPUT_EXIT_CODE = 2
@@ -16,19 +17,6 @@ def refuse(problem: str) -> int:
     """Say what is wrong with the input on stderr; the exit code for it."""
     print(f"mooncake-redis sim: error: {problem}", file=sys.stderr)
     return BAD_INPUT_EXIT_CODE
-
-
-def at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} is below the minimum {minimum}")
-        return value
-
-    return parse
 
 
 def capacity_fractions(text: str) -> tuple[float, ...]:
