@@ -19,6 +19,18 @@ def page(name: object) -> str:
     return hashlib.sha256(str(name).encode()).hexdigest()
 
 
+A, B, C = page("a"), page("b"), page("c")
+
+
+def build_small_tree(index: Index) -> None:
+    """A <- B (complete), A <- C (processing, soft-pinned): an interior node and two leaves."""
+    index.put_start(f"{A}_0_k", 2048)
+    index.put_end(f"{A}_0_k")
+    index.put_start(f"{B}_0_k", 1024, parent_block_hash=A)
+    index.put_end(f"{B}_0_k")
+    index.put_start(f"{C}_0_k", 512, parent_block_hash=A, soft_pin=True)
+
+
 def snapshot(index: Index) -> dict[str, Any]:
     """Every key of the namespace with its value, to prove that a refusal wrote nothing.
     Fences (and their count), events and the shards' write counters are protocol

@@ -20,7 +20,8 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 import rq
-from helpers import page
+from helpers import A, B, C, page
+from helpers import build_small_tree as build
 from mooncake_redis.workers.jobs import ENV_QUEUE_URL, QUEUE_NAME
 
 from mooncake_redis import Index
@@ -30,7 +31,6 @@ from mooncake_redis.fsck import check
 from mooncake_redis.settings import ENV_URL
 from mooncake_redis.urls import RedisCli, safe_url
 
-A, B, C = page("a"), page("b"), page("c")
 needs_redis_cli = pytest.mark.skipif(shutil.which("redis-cli") is None,
                                      reason="redis-cli is not installed")
 
@@ -61,14 +61,6 @@ def snapshot(client: redis.Redis) -> dict[bytes, bytes | None]:
     """Every key of the database with its serialized value."""
     return {key: client.dump(key) for key in sorted(client.scan_iter(count=1000))}
 
-
-def build(index: Index) -> None:
-    """A <- B (complete), A <- C (processing): a tree with an interior node and two leaves."""
-    index.put_start(f"{A}_0_k", 2048)
-    index.put_end(f"{A}_0_k")
-    index.put_start(f"{B}_0_k", 1024, parent_block_hash=A)
-    index.put_end(f"{B}_0_k")
-    index.put_start(f"{C}_0_k", 512, parent_block_hash=A, soft_pin=True)
 
 
 # -- demo --------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 import rq
-from helpers import page
+from helpers import build_small_tree, page
 from mooncake_redis.workers.jobs import QUEUE_NAME, request_eviction
 from mooncake_redis.workers.monitor import watch
 from prometheus_client.parser import text_string_to_metric_families
@@ -26,7 +26,6 @@ from mooncake_redis.cli import main
 from mooncake_redis.eviction import TARGET_REACHED, job_observers
 from mooncake_redis.metrics import Exporter
 
-A, B, C = page("a"), page("b"), page("c")
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
@@ -41,11 +40,7 @@ def value(scraped: Samples, name: str, **labels: str) -> float:
 
 def build(index: Index) -> None:
     """A <- B (complete), A <- C (processing, soft-pinned), D alone: three leaves."""
-    index.put_start(f"{A}_0_k", 2048)
-    index.put_end(f"{A}_0_k")
-    index.put_start(f"{B}_0_k", 1024, parent_block_hash=A)
-    index.put_end(f"{B}_0_k")
-    index.put_start(f"{C}_0_k", 512, parent_block_hash=A, soft_pin=True)
+    build_small_tree(index)
     index.put_start(f"{page('d')}_0_k", 256)
     index.put_end(f"{page('d')}_0_k")
 
