@@ -43,14 +43,37 @@ local function fail(code, message)
   return 'MCERR_' .. code .. ' ' .. message
 end
 
--- Packed object values: '1<state>,<size>,<time>,<pins>,<token>' (mooncake_redis/values.py).
+-- Packed object values: '1<state>,<size>,<time>,<pins>,<token>' followed by one
+-- '|<segment>,<location>,<medium>' per replica (mooncake_redis/values.py); reps is that
+-- tail ('' for an object without replicas). Segment names and locations arrive escaped
+-- (no ',' or '|'), so scripts compare them as they are and never decode them.
 local function unpack_object(v)
-  local state, size, t, pins, token = string.match(v, '^1(%a),(%d+),(%d+),(%d),(.*)$')
-  return state, tonumber(size), tonumber(t), tonumber(pins), token
+  local state, size, t, pins, token, reps =
+    string.match(v, '^1(%a),(%d+),(%d+),(%d),([^|]*)(.*)$')
+  return state, tonumber(size), tonumber(t), tonumber(pins), token, reps
 end
 
-local function pack_object(state, size, t, pins, token)
-  return '1' .. state .. ',' .. num(size) .. ',' .. num(t) .. ',' .. pins .. ',' .. token
+local function pack_object(state, size, t, pins, token, reps)
+  return '1' .. state .. ',' .. num(size) .. ',' .. num(t) .. ',' .. pins .. ',' .. token ..
+    (reps or '')
+end
+
+-- The bytes an object occupies: its size once per replica (a replica holds the whole
+-- object, as in Mooncake), or once for an object without replicas.
+local function charged(size, reps)
+  if not reps or reps == '' then return size end
+  local _, count = string.gsub(reps, '|', '')
+  return size * count
+end
+
+-- Bytes per segment changed by this script, written to the stats' su:<segment> by finish().
+local seg_delta = {}
+local function count_segments(reps, sign, size)
+  if reps and reps ~= '' then
+    for segment in string.gmatch(reps, '|([^,|]*)') do
+      seg_delta[segment] = (seg_delta[segment] or 0) + sign * size
+    end
+  end
 end
 
 -- A 64-hex child is stored under its bare hash (64 bytes: the listpack limit), others as
@@ -168,7 +191,7 @@ local function create(n)
   end
 end
 
--- Every 'o:' field of the node as {suffix, state, size, time, pins, token}, as it is now
+-- Every 'o:' field of the node as {suffix, state, size, time, pins, token, reps}, as it is now
 -- (fields this script changed but did not write back yet included).
 local function scan_objects(n)
   local all = redis.call('HGETALL', n.key)
@@ -181,18 +204,20 @@ local function scan_objects(n)
   end
   local found = {}
   for f, value in pairs(values) do
-    local state, size, t, pins, token = unpack_object(value)
-    found[#found + 1] = {string.sub(f, 3), state, size, t, pins, token}
+    local state, size, t, pins, token, reps = unpack_object(value)
+    found[#found + 1] = {string.sub(f, 3), state, size, t, pins, token, reps}
   end
   return found
 end
 
 -- Adds (sign 1) or removes (sign -1) one object's share of the node's counters and the
--- shard's stats. A removal must come after the object's field changed (put_field), so a
--- rescan sees the node as it now is.
-local function count_object(n, sign, state, size, t, pins)
+-- shard's stats (its bytes: charged()). A removal must come after the object's field
+-- changed (put_field), so a rescan sees the node as it now is.
+local function count_object(n, sign, state, size, t, pins, reps)
+  local bytes = charged(size, reps)
+  count_segments(reps, sign, size)
   add(n, 'no', sign)
-  add(n, 'b', sign * size)
+  add(n, 'b', sign * bytes)
   if pins % 2 == 1 then add(n, 'ns', sign) end
   if pins >= 2 then add(n, 'nh', sign) end
   if state == 'p' then
@@ -225,17 +250,21 @@ local function count_object(n, sign, state, size, t, pins)
   elseif t >= (n.lm or 0) then
     n.recompute_lm = true
   end
-  d_used = d_used + sign * size
+  d_used = d_used + sign * bytes
   d_objects = d_objects + sign
 end
 
--- One event per object: type, hash (the node), suffix (key = hash .. suffix), size, and
--- more fields for some types (stored: parent). Entries are kept short: a stream holds
--- events_max_len of them per shard.
-local function emit(kind, hash, suffix, size, ...)
+-- One event per object (docs/EVENTS.md): type, hash (the node), suffix (key = hash ..
+-- suffix), size, the node's parent and the object's replicas when it has them, and more
+-- fields for some types. Entries are kept short: a stream holds events_max_len of them
+-- per shard.
+local function emit(kind, n, suffix, size, reps, ...)
   if EVENTS_CAP > 0 then
-    redis.call('XADD', EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'type', kind, 'hash', hash,
-      'suffix', suffix, 'size', size, ...)
+    local extra = {...}
+    if n.p then extra[#extra + 1] = 'parent'; extra[#extra + 1] = n.p end
+    if reps and reps ~= '' then extra[#extra + 1] = 'replicas'; extra[#extra + 1] = reps end
+    redis.call('XADD', EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'type', kind, 'hash', n.hash,
+      'suffix', suffix, 'size', num(size), unpack(extra))
   end
 end
 
@@ -310,6 +339,9 @@ local function finish()
           set_ == SOFT_LEAVES and '1' or '0'}
       end
     end
+  end
+  for segment, delta in pairs(seg_delta) do
+    if delta ~= 0 then redis.call('HINCRBY', STATS, 'su:' .. segment, delta) end
   end
   if not wrote and d_used == 0 and d_objects == 0 and d_nodes == 0 and d_fences == 0 then
     return

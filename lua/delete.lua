@@ -16,7 +16,7 @@ local function delete(n, suffix, token)
   local value = field(n, name)
   local key = n.hash .. suffix
   if not value then return fail('NOT_FOUND', 'no object ' .. key) end
-  local state, size, t, pins, owner = unpack_object(value)
+  local state, size, t, pins, owner, reps = unpack_object(value)
   if mode == 'remove' then
     if state ~= 'c' then
       return fail('INVALID_STATE', 'object ' .. key .. ' is processing; use put_revoke')
@@ -35,8 +35,8 @@ local function delete(n, suffix, token)
     end
   end
   put_field(n, name, false)
-  count_object(n, -1, state, size, t, pins)
-  emit(mode == 'revoke' and 'revoked' or 'removed', n.hash, suffix, num(size))
+  count_object(n, -1, state, size, t, pins, reps)
+  emit(mode == 'revoke' and 'revoked' or 'removed', n, suffix, size, reps)
   return 'OK'
 end
 

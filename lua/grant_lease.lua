@@ -12,14 +12,14 @@ local function lease(n, suffix)
   local name = 'o:' .. suffix
   local value = field(n, name)
   if not value then return '' end
-  local state, size, t, pins, token = unpack_object(value)
+  local state, size, t, pins, token, reps = unpack_object(value)
   if state ~= 'c' then
     if probe then return '' end
     return fail('NOT_READY', 'object ' .. n.hash .. suffix .. ' is still processing')
   end
   local until_ms = now() + ttl
   if until_ms > t then
-    value = pack_object('c', size, until_ms, pins, token)
+    value = pack_object('c', size, until_ms, pins, token, reps)
     put_field(n, name, value)
     if until_ms > (n.lm or 0) then set(n, 'lm', until_ms) end
   end

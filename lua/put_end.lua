@@ -13,16 +13,16 @@ local function complete(n, suffix, token)
     return fail('NOT_FOUND', 'no object ' .. n.hash .. suffix .. ' (never started, revoked, '
       .. 'or evicted after put_start_release_timeout)')
   end
-  local state, size, t, pins, owner = unpack_object(value)
+  local state, size, t, pins, owner, reps = unpack_object(value)
   if owner ~= token then
     return fail('INVALID_STATE', 'object ' .. n.hash .. suffix .. ' was started by another '
       .. 'writer (token ' .. tostring(owner) .. ')')
   end
   if state == 'c' then return 'OK' end
-  put_field(n, name, pack_object('c', size, now(), pins, token))
-  count_object(n, -1, 'p', size, t, pins)
-  count_object(n, 1, 'c', size, now(), pins)
-  emit('stored', n.hash, suffix, num(size), 'parent', n.p or '')
+  put_field(n, name, pack_object('c', size, now(), pins, token, reps))
+  count_object(n, -1, 'p', size, t, pins, reps)
+  count_object(n, 1, 'c', size, now(), pins, reps)
+  emit('stored', n, suffix, size, reps)
   return 'OK'
 end
 

@@ -10,6 +10,7 @@
 --       per node key
 -- Returns: {'recounted', used_bytes, objects, nodes, stale leaf entries dropped} or
 --          {'changed'}
+-- The bytes per segment (su:<segment>) are recounted too.
 if (redis.call('HGET', STATS, 'writes') or '0') ~= ARGV[4] then return {'changed'} end
 local used, objects, present = 0, 0, {}
 for i = 8, #KEYS do
@@ -18,14 +19,24 @@ for i = 8, #KEYS do
     present[ARGV[i - 3]] = true
     for j = 1, #all, 2 do
       if string.sub(all[j], 1, 2) == 'o:' then
-        local state, size = unpack_object(all[j + 1])
+        local state, size, _, _, _, reps = unpack_object(all[j + 1])
         if state then
-          used = used + size
+          used = used + charged(size, reps)
           objects = objects + 1
+          count_segments(reps, 1, size)
         end
       end
     end
   end
+end
+local stats = redis.call('HKEYS', STATS)
+for _, f in ipairs(stats) do
+  if string.sub(f, 1, 3) == 'su:' and not seg_delta[string.sub(f, 4)] then
+    redis.call('HDEL', STATS, f)
+  end
+end
+for segment, bytes in pairs(seg_delta) do
+  redis.call('HSET', STATS, 'su:' .. segment, num(bytes))
 end
 local nodes, dropped = 0, 0
 for _ in pairs(present) do nodes = nodes + 1 end

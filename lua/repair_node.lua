@@ -14,13 +14,14 @@ local used, objects = d_used, d_objects
 for i = 1, #all, 2 do
   local f = all[i]
   if string.sub(f, 1, 2) == 'o:' then
-    local state, size, t, pins = unpack_object(all[i + 1])
-    if state then count_object(n, 1, state, size, t, pins) end
+    local state, size, t, pins, _, reps = unpack_object(all[i + 1])
+    if state then count_object(n, 1, state, size, t, pins, reps) end
   elseif is_child_field(f) then
     add(n, 'nc', 1)
   end
 end
 d_used, d_objects = used, objects  -- counters only: the stats are recounted apart
+seg_delta = {}
 redis.call('ZREM', LEAVES, n.hash)
 redis.call('ZREM', SOFT_LEAVES, n.hash)
 n.leaf_set, n.leaf_score = nil, nil

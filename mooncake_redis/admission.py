@@ -14,11 +14,14 @@ measures how early that happens).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .context import Context
+from .errors import MooncakeRedisError
 from .models import Usage
 from .prefix import SHARD_COUNT
+from .segment_registry import Segment, parse_registry
 from .values import to_int
 
 
@@ -47,11 +50,36 @@ def read_shards(ctx: Context) -> list[ShardUsage]:
             for shard, (used, objects, nodes, limit) in zip(ctx.all_shards(), batch.execute())]
 
 
+def read_segments(ctx: Context) -> dict[str, Segment]:
+    return parse_registry(ctx.read("HGETALL", ctx.schema.segments))
+
+
+def segment_usage(ctx: Context, segments: Mapping[str, Segment]) -> dict[str, Segment]:
+    """The segments with used_bytes summed from every shard's su:<segment> (one round
+    trip, per node on a cluster)."""
+    if not segments:
+        return {}
+    names = sorted(segments)
+    batch = ctx.batch()
+    for shard in ctx.all_shards():
+        batch.command("HMGET", ctx.schema.shard_keys(shard).stats, *(f"su:{n}" for n in names))
+    used = dict.fromkeys(names, 0)
+    for reply in batch.execute():
+        if isinstance(reply, MooncakeRedisError):
+            raise reply
+        for name, value in zip(names, reply):
+            used[name] += int(value or 0)
+    return {name: Segment(s.name, s.capacity_bytes, s.state, s.mounted_ms, s.heartbeat_ms,
+                          used[name]) for name, s in segments.items()}
+
+
 def usage(ctx: Context) -> Usage:
     shards = read_shards(ctx)
+    segments = segment_usage(ctx, read_segments(ctx))
     return Usage(used_bytes=sum(s.used_bytes for s in shards),
                  capacity_bytes=ctx.settings.capacity_bytes,
-                 objects=sum(s.objects for s in shards), nodes=sum(s.nodes for s in shards))
+                 objects=sum(s.objects for s in shards), nodes=sum(s.nodes for s in shards),
+                 segments=segments)
 
 
 def rebalance(ctx: Context) -> list[ShardUsage]:

@@ -21,6 +21,10 @@ def change_settings(ctx: Context, changes: Mapping[str, Any]) -> Settings:
             f"{', '.join(options)}: a client option of this process, not a namespace setting; "
             "pass it to Index(...) or Index.from_url(...) instead")
     values = {name: coerce(name, value) for name, value in changes.items()}
+    if "capacity_bytes" in values and ctx.reload_settings() and ctx.segments:
+        raise ConfigurationError(
+            "capacity_bytes: the namespace's capacity is the sum of its mounted segments "
+            f"({', '.join(sorted(ctx.segments))}); mount, remount or unmount segments instead")
     refuse_stranding(ctx.client, ctx.schema, ctx.reload_settings(), values)
     settings = ctx.store_settings(values)
     if "capacity_bytes" in values:

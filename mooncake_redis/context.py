@@ -21,6 +21,7 @@ from .executor import Batch, Executor, Policy
 from .keys import KeySchema
 from .prefix import ALL_SHARDS, extractor_named, shard_of, split_key
 from .scripts import Scripts, ShardCall, ShardCalls
+from .segment_registry import Segment, parse_registry, segment_capacity
 from .settings import (
     ClientOptions,
     Settings,
@@ -137,6 +138,8 @@ class Context:
         self.executor = Executor(client, self.scripts.all, Policy(
             options.cluster_retries, options.cluster_retry_backoff_ms, options.wait_replicas,
             options.wait_timeout_ms))
+        self.segments: dict[str, Segment] = parse_registry(client.hgetall(self.schema.segments))
+        """The segment registry as last read (with the settings)."""
         self._apply_settings(settings_from(stored))
         self._settings_read_at = time.monotonic()
         self.token = token or secrets.token_urlsafe(8)[:10]
@@ -184,6 +187,11 @@ class Context:
     # -- settings ------------------------------------------------------------------------
 
     def _apply_settings(self, settings: Settings) -> None:
+        """Use these settings; while segments are registered the capacity is theirs."""
+        self.stored_capacity_bytes = settings.capacity_bytes
+        capacity = segment_capacity(self.segments)
+        if capacity is not None:
+            settings = replace(settings, capacity_bytes=capacity)
         self._settings = settings
         self.extractor = extractor_named(settings.prefix_extractor)
 
@@ -196,6 +204,7 @@ class Context:
 
     def reload_settings(self) -> Settings:
         stored = self.read("HGETALL", self.schema.settings)
+        self.segments = parse_registry(self.read("HGETALL", self.schema.segments))
         try:
             self._apply_settings(settings_from(stored))
         except ConfigurationError as error:  # keep working with what we had; say so once

@@ -133,6 +133,26 @@ class ReplicationIncomplete(MooncakeRedisError):
     code = "REPLICATION_INCOMPLETE"
 
 
+class SegmentNotMounted(MooncakeRedisError):
+    """A replica names a segment that is not mounted (never mounted, or unmounted): the
+    store cannot count its bytes, and an unmount would not find it."""
+
+    code = "SEGMENT_NOT_MOUNTED"
+
+
+class SegmentExists(MooncakeRedisError):
+    """mount_segment of a segment that is registered already (remount_segment changes a
+    mounted one)."""
+
+    code = "SEGMENT_EXISTS"
+
+
+class SegmentUnmounting(MooncakeRedisError):
+    """The segment is being unmounted: finish its unmount_segment before mounting it again."""
+
+    code = "SEGMENT_UNMOUNTING"
+
+
 _BY_CODE: dict[str, type[MooncakeRedisError]] = {
     cls.code: cls
     for cls in (
@@ -145,6 +165,7 @@ _BY_CODE: dict[str, type[MooncakeRedisError]] = {
         NoSpace,
         ParentConflict,
         CycleDetected,
+        SegmentNotMounted,
     )
 }
 

@@ -86,10 +86,15 @@ class Candidates:
     """The evictable leaves of one leaf index (plain or soft) across all shards, oldest
     first, read from Redis lazily and kept exact as leases move scores."""
 
-    def __init__(self, ctx: Context, index: str, depth: int):
+    def __init__(self, ctx: Context, index: str, depth: int, lapse_ms: int = 0,
+                 soft: bool = False):
         self.ctx = ctx
         self.index = index
         self.depth = depth
+        self.lapse_ms = lapse_ms
+        """Leaves are taken only lapse_ms after their score (soft pins lapsing)."""
+        self.soft = soft
+        """Whether the evict script may take these soft-pinned leaves whatever their age."""
         self._heap: list[tuple[float, str]] = []
         self._score: dict[str, float] = {}
         self._bytes: dict[str, int] = {}
@@ -115,6 +120,7 @@ class Candidates:
 
     def refill(self, now_ms: int) -> None:
         """Read again the shards that may hold leaves we have not seen."""
+        now_ms -= self.lapse_ms
         shards = [s for s in self._shard_full if not self._shard_left.get(s)]
         if not shards:
             return
@@ -140,6 +146,7 @@ class Candidates:
         """The oldest evictable leaves, enough for need_bytes, at most limit; stops early
         where a used-up shard must be read again first (to keep the order exact)."""
         self.refill(now_ms)
+        now_ms -= self.lapse_ms
         chosen: list[tuple[str, float]] = []
         planned = 0
         while self._heap and len(chosen) < limit and planned < need_bytes:
@@ -218,8 +225,10 @@ class Evictor:
         depth = max(MIN_HEAD_PER_SHARD,
                     math.ceil(4 * settings.leaves_per_round / len(self.ctx.all_shards())))
         passes = [Candidates(self.ctx, "leaves", depth)]
+        if settings.soft_pin_ttl_ms:
+            passes.append(Candidates(self.ctx, "soft_leaves", depth, settings.soft_pin_ttl_ms))
         if settings.allow_soft_pin_eviction:
-            passes.append(Candidates(self.ctx, "soft_leaves", depth))
+            passes.append(Candidates(self.ctx, "soft_leaves", depth, soft=True))
         self._passes = passes
         report.stopped = ROUND_LIMIT
         for _ in range(rounds):
@@ -243,14 +252,15 @@ class Evictor:
             report.stopped = TARGET_REACHED
 
     def _round(self, passes: list[Candidates], need_bytes: int, report: EvictionReport) -> int:
-        """One round: the plain leaves, else the soft-pinned ones, else (by option) interior
-        nodes. Returns the objects evicted."""
+        """One round: the plain leaves, else the soft-pinned ones whose pins lapsed, else
+        (by option) any soft-pinned ones, else (by option) interior nodes. Returns the
+        objects evicted."""
         now_ms = self.ctx.redis_time_ms()
         limit = self.ctx.settings.leaves_per_round
-        for number, candidates in enumerate(passes):
+        for candidates in passes:
             chosen = candidates.take(need_bytes, limit, now_ms)
             if chosen:
-                evicted = self._evict(chosen, "leaf", number > 0, candidates, report)
+                evicted = self._evict(chosen, "leaf", candidates.soft, candidates, report)
                 if evicted:
                     return evicted
         if self.ctx.settings.allow_path_breaking_eviction:
@@ -260,7 +270,7 @@ class Evictor:
 
     def _evict(self, chosen: list[tuple[str, float]], mode: str, soft: bool,
                candidates: Candidates | None, report: EvictionReport) -> int:
-        calls = self.ctx.calls("evict", "1" if soft else "0")
+        calls = self.ctx.calls("evict", "1" if soft else "0", self.ctx.settings.soft_pin_ttl_ms)
         for prefix_hash, seen in chosen:
             call = calls.add(self.ctx.shard(prefix_hash), prefix_hash)
             call.item(call.node(prefix_hash), prefix_hash, _score_arg(seen), mode)
@@ -287,9 +297,11 @@ class Evictor:
 
         def on_new_leaf(leaf: NewLeaf) -> None:
             prefix_hash, score, size, soft = leaf
-            number = 1 if soft else 0
-            if number < len(self._passes) and math.isfinite(score):
-                self._passes[number].push(prefix_hash, score, size)
+            index = "soft_leaves" if soft else "leaves"
+            if math.isfinite(score):
+                for candidates in self._passes:
+                    if candidates.index == index:
+                        candidates.push(prefix_hash, score, size)
 
         cascade(self.ctx, intents, on_new_leaf)
         return evicted

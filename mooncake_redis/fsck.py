@@ -138,14 +138,18 @@ class _Checker:
         report.nodes += len(shard.nodes)
         used = objects = 0
         broken = []
+        on_segments: dict[str, int] = {}
         for prefix_hash, node in shard.nodes.items():
             if self._check_node(shard, prefix_hash, node):
                 broken.append(prefix_hash)
             for value in node.objects.values():
                 stored = decode_object(value)
                 if stored is not None:
-                    used += stored.size
+                    used += stored.charged
                     objects += 1
+                    for replica in stored.replicas:
+                        on_segments[replica.segment] = \
+                            on_segments.get(replica.segment, 0) + replica.size
         report.objects += objects
         stale_leaves = (set(shard.leaves) | set(shard.soft_leaves)) - set(shard.nodes)
         for gone in sorted(stale_leaves):
@@ -153,8 +157,14 @@ class _Checker:
         counted = tuple(to_int(shard.stats.get(name))
                         for name in ("used_bytes", "objects", "nodes", "fences"))
         actual = (used, objects, len(shard.nodes), shard.fences)
-        stats_wrong = counted != actual
-        if stats_wrong:
+        segment_counts = {f[3:]: to_int(v) for f, v in shard.stats.items()
+                          if f.startswith("su:") and to_int(v)}
+        on_segments = {name: size for name, size in on_segments.items() if size}
+        stats_wrong = counted != actual or segment_counts != on_segments
+        if segment_counts != on_segments:
+            report.add("shard_stats", f"shard {shard.name} bytes per segment {segment_counts} "
+                                      f"!= {on_segments}")
+        if counted != actual:
             report.add("shard_stats", f"shard {shard.name} (used_bytes, objects, nodes, fences) "
                                       f"{counted} != {actual}")
         if self.repair:
@@ -175,7 +185,7 @@ class _Checker:
                 report.add("object_format", f"{prefix_hash}{suffix}: unreadable value {value!r}")
                 continue
             expected["no"] += 1
-            expected["b"] += stored.size
+            expected["b"] += stored.charged
             expected["ns"] += stored.pins & 1
             expected["nh"] += stored.pins >> 1
             if stored.complete:

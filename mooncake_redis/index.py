@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from . import admission, objects, registration, tree
+from . import admission, objects, registration, segments, tree
 from .connection import connect, redact
 from .context import Context
 from .deletion import delete_objects
@@ -16,10 +16,18 @@ from .errors import InvalidArgument, NoSpace, RadixTreeDisabled
 from .eviction import EvictionReport, Evictor
 from .links import ResolverReport, resolve
 from .matching import compile_pattern, scan_objects
-from .models import NodeInfo, ObjectInfo, Result, Usage, raise_first
+from .models import NodeInfo, ObjectInfo, Replica, Result, Usage, raise_first
+from .segment_registry import Segment
 from .settings import DEFAULT_NAMESPACE, DEFAULT_URL, ENV_NAMESPACE, ENV_URL, Settings
-from .validation import check_depth, check_flag, check_items, check_size, check_unique
-from .values import HARD_PIN, SOFT_PIN
+from .validation import (
+    check_depth,
+    check_flag,
+    check_items,
+    check_replicas,
+    check_size,
+    check_unique,
+)
+from .values import HARD_PIN, SOFT_PIN, pack_replicas
 
 NodeRegistration = tuple[str, "str | None", Sequence[str]]
 """(prefix hash, parent hash or None, object keys stored under it)"""
@@ -88,22 +96,60 @@ class Index:
     # -- objects -------------------------------------------------------------------------
 
     def put_start(self, key: str, size: int, parent_block_hash: str | None = None,
-                  soft_pin: bool = False, hard_pin: bool = False) -> None:
+                  soft_pin: bool = False, hard_pin: bool = False,
+                  replicas: Sequence[Replica | Sequence[str]] | None = None) -> None:
         """Create an object in state processing, counted against capacity, in its prefix's
-        node; with the radix tree on and a parent given, link the node to its parent."""
-        self._raise_single(self.batch_put_start([(key, size, parent_block_hash)],
+        node; with the radix tree on and a parent given, link the node to its parent.
+        replicas: where the data plane put its bytes (Replica or (segment, location[,
+        medium]) each, on mounted segments); each replica's bytes count against its
+        segment."""
+        self._raise_single(self.batch_put_start([(key, size, parent_block_hash, replicas)],
                                                 soft_pin=soft_pin, hard_pin=hard_pin))
 
     def batch_put_start(self, items: Iterable[Sequence[Any]], soft_pin: bool = False,
                         hard_pin: bool = False) -> list[Result[None]]:
-        """put_start for many (key, size[, parent hash]) at once: one round trip on a single
-        Redis for the whole batch, links included; one Result per item."""
+        """put_start for many (key, size[, parent hash[, replicas]]) at once: one round trip
+        on a single Redis for the whole batch, links included; one Result per item."""
+        return self._put(items, soft_pin, hard_pin, "put")
+
+    def upsert_start(self, key: str, size: int, parent_block_hash: str | None = None,
+                     soft_pin: bool = False, hard_pin: bool = False,
+                     replicas: Sequence[Replica | Sequence[str]] | None = None) -> None:
+        """put_start that may replace a stored object (Mooncake's UpsertStart): a complete
+        object becomes processing with the new size and replicas; its old replicas are
+        announced in a `replaced` event whose free_after is the end of the old object's
+        read lease, so readers holding a lease keep reading them until then. Finish with
+        upsert_end (or abandon with upsert_revoke, which deletes the object)."""
+        self._raise_single(self.batch_upsert_start([(key, size, parent_block_hash, replicas)],
+                                                   soft_pin=soft_pin, hard_pin=hard_pin))
+
+    def batch_upsert_start(self, items: Iterable[Sequence[Any]], soft_pin: bool = False,
+                           hard_pin: bool = False) -> list[Result[None]]:
+        return self._put(items, soft_pin, hard_pin, "upsert")
+
+    def upsert_end(self, key: str) -> None:
+        """Complete an upsert (as put_end)."""
+        self.put_end(key)
+
+    def batch_upsert_end(self, keys: Sequence[str]) -> list[Result[None]]:
+        return self.batch_put_end(keys)
+
+    def upsert_revoke(self, key: str) -> None:
+        """Abandon an upsert: the object is deleted (its old data was replaced already)."""
+        self.put_revoke(key)
+
+    def batch_upsert_revoke(self, keys: Sequence[str]) -> list[Result[None]]:
+        return self.batch_put_revoke(keys)
+
+    def _put(self, items: Iterable[Sequence[Any]], soft_pin: bool, hard_pin: bool,
+             mode: str) -> list[Result[None]]:
         pins = (SOFT_PIN if check_flag(soft_pin, "soft_pin") else 0) | \
             (HARD_PIN if check_flag(hard_pin, "hard_pin") else 0)
         settings = self.settings  # read (and refreshed if due) once per call
         tree_on = settings.enable_radix_tree
         writes = []
-        for key, size, parent in check_items(items, "put_start item", (2, 3)):
+        for key, size, parent, replicas in check_items(items, f"{mode}_start item",
+                                                       (2, 3, 4)):
             prefix_hash, suffix = self.ctx.split(key)
             size = check_size(size, settings.max_object_size)
             if parent is not None and tree_on:
@@ -114,9 +160,10 @@ class Index:
                         f"rule (a hash is {self.ctx.extractor.hash_form}), so it cannot be "
                         "linked to a parent; store it without parent_block_hash", key=key)
             writes.append(registration.Write(key, prefix_hash, parent if tree_on else None,
-                                             suffix=suffix, size=size, pins=pins))
+                                             suffix=suffix, size=size, pins=pins,
+                                             replicas=pack_replicas(check_replicas(replicas))))
         check_unique([w.key for w in writes], "object key")
-        results = registration.write(self.ctx, writes)
+        results = registration.write(self.ctx, writes, mode)
         if self.on_no_space is not None and any(isinstance(r.error, NoSpace) for r in results):
             self.on_no_space(self)
         return results
@@ -145,6 +192,17 @@ class Index:
     def batch_get(self, keys: Sequence[str]) -> list[Result[ObjectInfo]]:
         """get for many keys: one round trip, one Result per key (value None if absent)."""
         return objects.get(self.ctx, self._targets(keys))
+
+    def get_replica_desc(self, key: str) -> list[Replica]:
+        """Where a complete object's bytes are (Mooncake's get_replica_desc), granting a
+        lease as get does; [] if the key is not stored (or was stored without replicas)."""
+        info = self.get(key)
+        return list(info.replicas) if info else []
+
+    def batch_get_replica_desc(self, keys: Sequence[str]) -> list[Result[list[Replica]]]:
+        return [Result(r.key, error=r.error) if r.error else
+                Result(r.key, value=list(r.value.replicas) if r.value else [])
+                for r in self.batch_get(keys)]
 
     def is_exist(self, key: str) -> bool:
         """Whether a complete object is stored. Grants no lease unless probe_extends_lease."""
@@ -248,8 +306,33 @@ class Index:
     # -- capacity ------------------------------------------------------------------------
 
     def usage(self) -> Usage:
-        """Used bytes, objects and nodes: sums of the shards' exact counters."""
+        """Used bytes, objects and nodes: sums of the shards' exact counters; with
+        segments, each one's capacity and used bytes."""
         return admission.usage(self.ctx)
+
+    # -- segments ------------------------------------------------------------------------
+
+    def mount_segment(self, name: str, capacity_bytes: int) -> Segment:
+        """Register a segment of storage that replicas can be put on. While any segment is
+        registered, the namespace's capacity is the sum of the mounted ones."""
+        return segments.mount(self.ctx, name, capacity_bytes)
+
+    def remount_segment(self, name: str, capacity_bytes: int) -> Segment:
+        """Mount again (a data plane re-registering after a restart) or change a mounted
+        segment's capacity; its replicas stay."""
+        return segments.mount(self.ctx, name, capacity_bytes, remount=True)
+
+    def unmount_segment(self, name: str, max_nodes: int | None = None
+                        ) -> segments.UnmountReport:
+        """Unmount a segment: puts on it are refused from now on; every replica on it is
+        dropped, objects left without replicas are deleted (and unregistered from the
+        tree, with cascade), each announced as `invalidated`. With max_nodes, stop after
+        sweeping that many nodes (report.done False): the next call resumes."""
+        return segments.unmount(self.ctx, name, max_nodes)
+
+    def segment_heartbeat(self, name: str) -> None:
+        """Tell the store the segment's owner is alive (segment_heartbeat_timeout_ms)."""
+        segments.heartbeat(self.ctx, name)
 
     def evict(self, target_ratio: float | None = None) -> EvictionReport:
         """Run one eviction job now, in this process: down to target_ratio of capacity

@@ -15,9 +15,12 @@ The schema (v2) is a contract that redis-cli users read; tests/test_keys.py pins
     <ns>:{<shard>}:pending       ZSET    "<parent>|<child>|<epoch>" links not yet confirmed -> ms
     <ns>:{<shard>}:fences        ZSET    child hash -> highest fenced link epoch (expire by score)
     <ns>:{<shard>}:outbox        ZSET    "<child>|<parent>|<epoch>" unlinks still to do -> ms
-    <ns>:{<shard>}:stats         HASH    used_bytes, objects, nodes, fences, writes, limit
+    <ns>:{<shard>}:stats         HASH    used_bytes, objects, nodes, fences, writes, limit,
+                                         m:<segment> (mounted), su:<segment> (its bytes here)
     <ns>:{<shard>}:events        STREAM  stored / removed / evicted, capped
     <ns>:settings                HASH    namespace settings (settings.py)
+    <ns>:segments                HASH    segment name -> "<state>,<capacity>,<mounted ms>,
+                                         <heartbeat ms>,<unmount cursors>" (segments.py)
     <ns>:eviction_lock           STRING  token of the one eviction job running (expires)
     <ns>:eviction_requested      STRING  set while an eviction job is queued (expires)
 
@@ -93,6 +96,10 @@ class KeySchema:
     @property
     def settings(self) -> str:
         return f"{self.namespace}:settings"
+
+    @property
+    def segments(self) -> str:
+        return f"{self.namespace}:segments"
 
     @property
     def eviction_lock(self) -> str:

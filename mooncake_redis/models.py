@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from .errors import MooncakeRedisError
+from .segment_registry import Segment
 
 T = TypeVar("T")
 
@@ -37,6 +38,22 @@ def raise_first(results: list[Result[T]]) -> None:
 
 
 @dataclass(frozen=True)
+class Replica:
+    """Where one copy of an object's bytes lives (Mooncake's replica descriptor): the
+    data plane allocates and frees it; the store records it, checks that its segment is
+    mounted and counts its bytes against that segment."""
+
+    segment: str
+    """The mounted segment holding it (mount_segment)."""
+    location: str
+    """Where in the segment: an address or offset, a file path or a URI."""
+    medium: str = "memory"
+    """"memory" or "disk"."""
+    size: int = 0
+    """Its bytes: the object's size (a replica holds the whole object); set by the store."""
+
+
+@dataclass(frozen=True)
 class ObjectInfo:
     """An object's metadata as the store keeps it."""
 
@@ -54,6 +71,8 @@ class ObjectInfo:
     hard_pin: bool
     token: str
     """The writer token of the put_start that made it."""
+    replicas: tuple[Replica, ...] = ()
+    """Where its bytes are (empty for an object stored without replicas)."""
 
 
 @dataclass(frozen=True)
@@ -90,8 +109,11 @@ class Usage:
 
     used_bytes: int
     capacity_bytes: int
+    """capacity_bytes, or while segments are registered the sum of the mounted ones."""
     objects: int
     nodes: int
+    segments: dict[str, Segment] = field(default_factory=dict)
+    """Each registered segment with its capacity and the bytes of replicas on it."""
 
     @property
     def ratio(self) -> float:

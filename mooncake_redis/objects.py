@@ -75,7 +75,7 @@ def object_info(key: str, prefix_hash: str, value: str | None) -> ObjectInfo | N
                       lease_ms=stored.time_ms if stored.complete else 0,
                       started_ms=None if stored.complete else stored.time_ms,
                       soft_pin=bool(stored.pins & SOFT_PIN), hard_pin=bool(stored.pins & HARD_PIN),
-                      token=stored.token)
+                      token=stored.token, replicas=stored.replicas)
 
 
 def peek(ctx: Context, key: str, prefix_hash: str, suffix: str) -> ObjectInfo | None:

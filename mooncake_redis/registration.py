@@ -46,6 +46,8 @@ class Write:
     suffix: str | None = None
     size: int = 0
     pins: int = 0
+    replicas: str = ""
+    """The object's replicas, packed (values.pack_replicas); '' for none."""
     registered: Sequence[str] = ()
     checked: bool = False
     """A walk up from the parent did not meet this node: send with cycle-checked=1."""
@@ -78,15 +80,16 @@ class _Sent:
     pending: list[Link] = field(default_factory=list)
 
 
-def write(ctx: Context, writes: list[Write]) -> list[Result[None]]:
-    """Send the items (after the in-batch checks) until each is written or refused."""
+def write(ctx: Context, writes: list[Write], mode: str = "put") -> list[Result[None]]:
+    """Send the items (after the in-batch checks) until each is written or refused. Mode
+    'upsert' lets put_start replace stored objects (lua/put_start.lua)."""
     refuse_in_batch(writes)
     todo = [w for w in writes if w.result is None]
     sends: list[_Sent] = []
     for _ in range(MAX_SENDS):
         if not todo:
             break
-        sends.append(_send(ctx, todo))
+        sends.append(_send(ctx, todo, mode))
         todo = _after_send(ctx, todo)
     for w in todo:
         w.refuse(LinkContention(
@@ -142,7 +145,7 @@ class _Roots:
         self._up[child] = self.find(parent)
 
 
-def _send(ctx: Context, todo: list[Write]) -> _Sent:
+def _send(ctx: Context, todo: list[Write], mode: str) -> _Sent:
     """Step 1 for every link, a barrier, step 2 for every item: one batch."""
     batch_id = ctx.batch_id()
     settings = ctx.settings
@@ -153,14 +156,14 @@ def _send(ctx: Context, todo: list[Write]) -> _Sent:
         add_link(links, ctx, parent, child, sent.epoch, tag=(child, parent),
                  parent_written=parent in written)
     puts = ctx.calls("put_start", batch_id, settings.put_start_discard_timeout_ms,
-                     default_shard_limit(settings.capacity_bytes))
+                     default_shard_limit(settings.capacity_bytes), mode)
     registers = ctx.calls("register", batch_id)
     for w in todo:
         checked = "1" if w.checked else "0"
         if w.suffix is not None:
             call = puts.add(ctx.shard(w.prefix_hash), w)
             call.item(call.node(w.prefix_hash), w.prefix_hash, w.suffix, w.size, w.pins,
-                      ctx.token, w.parent or "", sent.epoch, checked)
+                      ctx.token, w.parent or "", sent.epoch, checked, w.replicas)
         else:
             call = registers.add(ctx.shard(w.prefix_hash), w)
             call.item(call.node(w.prefix_hash), w.prefix_hash, w.parent or "", sent.epoch,

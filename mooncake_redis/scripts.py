@@ -21,16 +21,17 @@ T = TypeVar("T")
 LIBRARY = "_lib"
 SHARD_SCRIPTS = (
     "link", "put_start", "register", "put_end", "grant_lease", "delete", "evict", "unlink",
-    "resolve", "repair_node", "recount_shard", "trim_fences",
+    "resolve", "repair_node", "recount_shard", "trim_fences", "invalidate",
 )
-OTHER_SCRIPTS = ("lock_token",)
+OTHER_SCRIPTS = ("lock_token", "segment")
 SCRIPT_NAMES = SHARD_SCRIPTS + OTHER_SCRIPTS
 
 RETRY_SAFE = frozenset({"link", "put_start", "register", "put_end", "grant_lease", "unlink",
-                        "resolve", "lock_token", "trim_fences"})
+                        "resolve", "lock_token", "trim_fences", "invalidate"})
 """Scripts whose second run leaves the same state and gives an answer the caller accepts:
 link and unlink compare epochs, put_start/put_end/register recognise the writer's token,
-a lease only grows, resolve re-checks. delete, evict and the repairs are not: a second
+a lease only grows, resolve re-checks, invalidate finds nothing left to drop (its counts
+then read low). delete, evict and the repairs are not: a second
 run answers differently (NOT_FOUND, skipped), so a lost reply raises OutcomeUnknown."""
 
 

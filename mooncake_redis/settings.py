@@ -105,6 +105,15 @@ class Settings:
     streams together hold about 256 x this many entries (~270 B each); a consumer that
     reads slower than that must raise it (docs/ARCHITECTURE.md, events)."""
 
+    soft_pin_ttl_ms: int = 1_800_000
+    """A soft pin lapses this long after the object's read lease ended (its last get, or
+    its put_end): eviction then treats it as unpinned (Mooncake's soft_pin_ttl, 30 min by
+    default). 0 = soft pins never lapse."""
+
+    segment_heartbeat_timeout_ms: int = 0
+    """A mounted segment whose owner sent no segment_heartbeat for this long is unmounted
+    by the monitor; 0 = never (segments stay until unmount_segment)."""
+
     @property
     def eviction_target_ratio(self) -> float:
         return self.high_watermark - self.eviction_ratio
@@ -129,6 +138,8 @@ _RANGES: dict[str, tuple[float, float]] = {
     "link_epoch_horizon_ms": (1000, 3600 * 1000),
     "resolver_grace_ms": (0, 3600 * 1000),
     "events_max_len": (0, 10_000_000),
+    "soft_pin_ttl_ms": (0, 30 * 24 * 3600 * 1000),
+    "segment_heartbeat_timeout_ms": (0, 24 * 3600 * 1000),
 }
 
 

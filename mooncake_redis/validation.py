@@ -6,6 +6,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from .errors import InvalidArgument
+from .models import Replica
+from .segment_registry import check_name
+from .values import MEDIA
 
 
 def check_text(value: Any, what: str, max_length: int) -> str:
@@ -69,3 +72,39 @@ def check_depth(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidArgument(f"max_depth must be None or an int >= 0, got {value!r}")
     return value
+
+
+MAX_REPLICAS = 16
+MAX_LOCATION_LENGTH = 4096
+
+
+def check_replicas(value: Any) -> tuple[Replica, ...]:
+    """An object's replicas: None, or a list of Replica or (segment, location[, medium])."""
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes, Replica)) or not isinstance(value, Iterable):
+        raise InvalidArgument("replicas must be a list of Replica or (segment, location"
+                              f"[, medium]) tuples, got {type(value).__name__}")
+    replicas = []
+    for item in value:
+        if isinstance(item, Replica):
+            segment, location, medium = item.segment, item.location, item.medium
+        elif isinstance(item, (tuple, list)) and len(item) in (2, 3):
+            segment, location, medium = (*item, "memory")[:3]
+        else:
+            raise InvalidArgument(f"a replica must be a Replica or a (segment, location"
+                                  f"[, medium]) tuple, got {item!r:.200}")
+        check_name(segment)
+        location = check_text(location, "replica location", MAX_LOCATION_LENGTH)
+        if any(ord(char) < 32 for char in location):
+            raise InvalidArgument(f"replica location {location!r:.200} holds control "
+                                  "characters")
+        if medium not in MEDIA:
+            raise InvalidArgument(f"replica medium must be one of {sorted(MEDIA)}, got "
+                                  f"{medium!r}")
+        replicas.append(Replica(segment, location, medium))
+    if len(replicas) > MAX_REPLICAS:
+        raise InvalidArgument(f"{len(replicas)} replicas; at most {MAX_REPLICAS} per object")
+    if len({(r.segment, r.location) for r in replicas}) < len(replicas):
+        raise InvalidArgument("the same replica (segment and location) is given twice")
+    return tuple(replicas)

@@ -3,20 +3,27 @@
 lua/_lib.lua writes them; this module is the reader's half of the same format, kept
 short because every byte of a node hash is paid once per node (docs/ARCHITECTURE.md).
 
-An object value is `1<state>,<size>,<time>,<pins>,<token>`:
+An object value is `1<state>,<size>,<time>,<pins>,<token>` and then, for each replica,
+`|<segment>,<location>,<medium>`:
 
 - `1` is the format version; `<state>` is `p` (processing) or `c` (complete);
 - `<time>` is the put_start time while processing and the lease end once complete
   (milliseconds of Redis time);
 - `<pins>` is 0, 1 (soft), 2 (hard) or 3 (both);
-- `<token>` is the writer token of the put_start that made it.
+- `<token>` is the writer token of the put_start that made it;
+- a replica names its segment, where the bytes are in it (an address or offset, a path or
+  a URI: the data plane's words) and its medium (`m` memory, `d` disk); segment and
+  location are escaped (`%`, `,` and `|` as `%25`, `%2C`, `%7C`) so scripts can split the
+  value and compare segment names without decoding them.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from .models import Replica
 
 OBJECT_PREFIX = "o:"
 CHILD_PREFIX = "c:"
@@ -39,7 +46,11 @@ SOFT_PIN, HARD_PIN = 1, 2
 STATE_NAMES = {"p": "processing", "c": "complete"}
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-_VALUE = re.compile(r"1([pc]),(\d+),(\d+),(\d),(.*)", re.S)
+_VALUE = re.compile(r"1([pc]),(\d+),(\d+),(\d),([^|]*)(.*)", re.S)
+_ESCAPES = {"%": "%25", ",": "%2C", "|": "%7C"}
+_UNESCAPE = re.compile(r"%(25|2C|7C)")
+MEDIA = {"memory": "m", "disk": "d"}
+MEDIUM_NAMES = {code: name for name, code in MEDIA.items()}
 
 
 def to_int(value: object, default: int = 0) -> int:
@@ -78,6 +89,34 @@ def object_field(suffix: str) -> str:
     return OBJECT_PREFIX + suffix
 
 
+def escape(text: str) -> str:
+    """A segment name or location as the packed value holds it (no ',' or '|')."""
+    return "".join(_ESCAPES.get(char, char) for char in text)
+
+
+def unescape(text: str) -> str:
+    return _UNESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text)
+
+
+def pack_replicas(replicas: Sequence[Replica]) -> str:
+    """The replicas' part of a packed value ('' for none)."""
+    return "".join(f"|{escape(r.segment)},{escape(r.location)},{MEDIA[r.medium]}"
+                   for r in replicas)
+
+
+def decode_replicas(packed: str, size: int) -> tuple[Replica, ...]:
+    """The replicas a packed value (or an event's `replicas` field) names; each holds the
+    whole object, so each has the object's size. Parts this version cannot read are
+    skipped."""
+    replicas = []
+    for part in packed.split("|")[1:]:
+        fields = part.split(",")
+        if len(fields) == 3 and fields[2] in MEDIUM_NAMES:
+            replicas.append(Replica(unescape(fields[0]), unescape(fields[1]),
+                                    MEDIUM_NAMES[fields[2]], size))
+    return tuple(replicas)
+
+
 @dataclass(frozen=True)
 class StoredObject:
     """One object's packed metadata, decoded."""
@@ -87,10 +126,16 @@ class StoredObject:
     time_ms: int
     pins: int
     token: str
+    replicas: tuple[Replica, ...] = ()
 
     @property
     def complete(self) -> bool:
         return self.state == "complete"
+
+    @property
+    def charged(self) -> int:
+        """The bytes it occupies: its size once per replica, or once without replicas."""
+        return self.size * max(1, len(self.replicas))
 
 
 def decode_object(value: str) -> StoredObject | None:
@@ -98,8 +143,9 @@ def decode_object(value: str) -> StoredObject | None:
     match = _VALUE.fullmatch(value)
     if match is None:
         return None
-    state, size, time_ms, pins, token = match.groups()
-    return StoredObject(STATE_NAMES[state], int(size), int(time_ms), int(pins), token)
+    state, size, time_ms, pins, token, replicas = match.groups()
+    return StoredObject(STATE_NAMES[state], int(size), int(time_ms), int(pins), token,
+                        decode_replicas(replicas, int(size)) if replicas else ())
 
 
 def parent_of(p: str | None) -> str | None:

@@ -327,7 +327,8 @@ def test_every_read_command_prints_one_json_document_with_the_librarys_values(
     assert inspected == {"node": {**dataclasses.asdict(node), "eviction_score": "inf"},
                          "object": None}
     inspected = json_of(capsys, 0, *common, "inspect", f"{C}_0_k", "--json")
-    assert inspected["object"] == dataclasses.asdict(index.object_info(f"{C}_0_k"))
+    expected = dataclasses.asdict(index.object_info(f"{C}_0_k"))
+    assert inspected["object"] == {**expected, "replicas": list(expected["replicas"])}
     assert main([*common, "inspect", page("none"), "--json"]) == 1
     assert capsys.readouterr().out == ""
 

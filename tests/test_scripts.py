@@ -81,6 +81,9 @@ def exercise_every_script(index: Index) -> None:
     index.put_revoke(f"{c}_0_k")  # delete; c is left empty: unlink from b
     index.remove(f"{b}_0_k", force=True)
     index.put_end("plain")
+    index.mount_segment("seg", 1 << 30)  # segment
+    index.put_start(f"{a}_1_k", 10, replicas=[("seg", "0x10")])
+    index.unmount_segment("seg")  # invalidate
     index.evict(target_ratio=0)  # lock_token, evict
     index.client.hset(index.ctx.schema.node(a), "b", 999)
     index.client.hset(index.ctx.schema.shard_keys(a[:2]).stats, "objects", 9)

@@ -1,0 +1,58 @@
+#!lua flags=allow-oom
+-- invalidate: an unmount's sweep over nodes of one shard. Every replica on the segment is
+-- dropped from its object; an object left without replicas is deleted; each object
+-- touched is announced ('invalidated', with the replicas it still has, `left` of them). A
+-- node left empty is deleted and its unlink recorded and returned, as delete does.
+-- Objects stored without replicas are not touched.
+-- KEYS: 1-7 the shard's keys, then the nodes
+-- ARGV: 1-3 header (_lib.lua), 4 segment (escaped), then 2 per item: node key index,
+--       node hash
+-- Returns: {one per item: '<objects touched>:<objects deleted>:<bytes freed>';
+--           intents: parent, child, epoch, ...}
+local segment = ARGV[4]
+local on_segment = '|' .. segment .. ','
+
+-- The replicas of reps that are not on the segment.
+local function without_segment(reps)
+  local kept = {}
+  for part in string.gmatch(reps, '|[^|]*') do
+    if string.sub(part, 1, #on_segment) ~= on_segment then kept[#kept + 1] = part end
+  end
+  return table.concat(kept)
+end
+
+local function sweep(n)
+  if not n.exists then return '0:0:0' end
+  local touched, deleted, freed = 0, 0, 0
+  for _, o in ipairs(scan_objects(n)) do
+    local suffix, state, size, t, pins, token, reps = o[1], o[2], o[3], o[4], o[5], o[6], o[7]
+    if reps and string.find(reps, on_segment, 1, true) then
+      local left = without_segment(reps)
+      touched = touched + 1
+      freed = freed + charged(size, reps) - (left == '' and 0 or charged(size, left))
+      if left == '' then
+        deleted = deleted + 1
+        put_field(n, 'o:' .. suffix, false)
+        count_object(n, -1, state, size, t, pins, reps)
+      else
+        -- only the bytes and the segments change: state, time and pins stay
+        put_field(n, 'o:' .. suffix, pack_object(state, size, t, pins, token, left))
+        local delta = charged(size, left) - charged(size, reps)
+        add(n, 'b', delta)
+        d_used = d_used + delta
+        count_segments(reps, -1, size)
+        count_segments(left, 1, size)
+      end
+      local _, count = string.gsub(left, '|', '')
+      emit('invalidated', n, suffix, size, left, 'segment', segment, 'left', num(count))
+    end
+  end
+  return num(touched) .. ':' .. num(deleted) .. ':' .. num(freed)
+end
+
+local results = {}
+for a = 5, #ARGV, 2 do
+  results[#results + 1] = sweep(node(KEYS[tonumber(ARGV[a])], ARGV[a + 1]))
+end
+finish()
+return {results, flat(intents)}

@@ -1,0 +1,195 @@
+"""Segments: the storage that replicas live on, as Mooncake's master knows it.
+
+A data plane mounts a segment (a node's memory pool, a disk directory) with its capacity;
+from then on put_start accepts replicas on it, counts their bytes against it, and the
+namespace's capacity is the sum of its mounted segments. Who allocates bytes inside a
+segment stays with the data plane: the store records where each replica is and tells
+the data plane, through the events streams, when bytes can be freed.
+
+The registry (`<ns>:segments`, lua/segment.lua) says which segments exist and their
+state; every shard's stats hold a flag `m:<segment>` that put_start checks in its own
+script, so a put on a segment that is not mounted is refused at once on every shard.
+
+Unmounting (a node died, or is leaving) marks the segment unmounting, clears its flag in
+every shard (no new replica can land on it after that), then sweeps the namespace's nodes
+with SCAN, a page per script call (lua/invalidate.lua): each replica on the segment is
+dropped, an object left without replicas is deleted and its node unregistered with
+cascade, and every object touched is announced. The SCAN cursors are stored in the
+registry after every page, so a sweep cut short (max_nodes, or a crash) resumes where it
+stopped; the segment leaves the registry when its sweep is done.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .admission import read_segments, rebalance
+from .context import Context
+from .errors import (
+    InvalidArgument,
+    MooncakeRedisError,
+    SegmentExists,
+    SegmentNotMounted,
+    SegmentUnmounting,
+)
+from .links import Intent, cascade, triples
+from .matching import SCAN_COUNT, primaries
+from .segment_registry import DONE, Segment, check_name
+from .validation import check_size
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class UnmountReport:
+    """What one unmount_segment call did."""
+
+    segment: str
+    done: bool = False
+    """True once the sweep finished and the segment left the registry."""
+    nodes: int = 0
+    """Nodes swept by this call."""
+    objects: int = 0
+    """Objects that lost a replica."""
+    deleted: int = 0
+    """Objects deleted because no replica was left."""
+    bytes: int = 0
+    """Bytes freed (each dropped replica's share)."""
+
+
+def mount(ctx: Context, name: str, capacity_bytes: int, *, remount: bool = False) -> Segment:
+    """Register a segment (or, with remount, change a mounted one's capacity), then flag it
+    in every shard so put_start accepts replicas on it."""
+    name = check_name(name)
+    capacity = check_size(capacity_bytes, 1 << 62)
+    if capacity == 0:
+        raise InvalidArgument("a segment's capacity_bytes must be positive")
+    reply = _registry(ctx, "remount" if remount else "mount", name, capacity)
+    if reply.startswith("EXISTS"):
+        raise SegmentExists(f"segment {name} is registered already ({reply[7:]}); "
+                            "remount_segment changes a mounted segment's capacity")
+    if reply == "UNMOUNTING":
+        raise SegmentUnmounting(f"segment {name} is being unmounted; run unmount_segment "
+                                "to the end before mounting it again")
+    _set_flags(ctx, name, mounted=True)
+    segment = read_segments(ctx).get(name)
+    if segment is None or not segment.mounted:  # an unmount started meanwhile: it wins
+        _set_flags(ctx, name, mounted=False)
+        raise SegmentUnmounting(f"segment {name} was unmounted while it was being mounted")
+    _capacity_changed(ctx)
+    return segment
+
+
+def heartbeat(ctx: Context, name: str) -> None:
+    """The segment's owner is alive (see segment_heartbeat_timeout_ms)."""
+    reply = _registry(ctx, "heartbeat", check_name(name))
+    if reply == "ABSENT":
+        raise SegmentNotMounted(f"segment {name} is not mounted")
+    if reply == "UNMOUNTING":
+        raise SegmentUnmounting(f"segment {name} is being unmounted")
+
+
+def unmount(ctx: Context, name: str, max_nodes: int | None = None,
+            on_page: Callable[[UnmountReport], None] | None = None) -> UnmountReport:
+    """Unmount a segment: from now on no replica can be put on it; sweep the namespace
+    (resuming an earlier call's sweep) until done or max_nodes nodes were swept."""
+    name = check_name(name)
+    reply = _registry(ctx, "unmount", name)
+    if reply == "ABSENT":
+        raise SegmentNotMounted(f"segment {name} is not registered")
+    _set_flags(ctx, name, mounted=False)
+    _capacity_changed(ctx)
+    report = UnmountReport(name)
+    clients = primaries(ctx.client)
+    cursors = reply.split(";") if reply else []
+    if len(cursors) != len(clients):  # first call, or the cluster changed: start over
+        cursors = ["0"] * len(clients)
+    for number, client in enumerate(clients):
+        while cursors[number] != DONE:
+            if max_nodes is not None and report.nodes >= max_nodes:
+                return report
+            cursor, keys = client.scan(int(cursors[number]), match=ctx.schema.node_pattern(),
+                                       count=SCAN_COUNT)
+            _sweep(ctx, name, keys, report)
+            cursors[number] = DONE if int(cursor) == 0 else str(cursor)
+            _registry(ctx, "progress", name, ";".join(cursors))
+            if on_page is not None:
+                on_page(report)
+    _registry(ctx, "done", name)
+    report.done = True
+    log.info("segment %s unmounted: %d nodes swept, %d objects lost a replica, %d deleted, "
+             "%d bytes freed", name, report.nodes, report.objects, report.deleted, report.bytes)
+    return report
+
+
+def unmount_silent(ctx: Context) -> list[UnmountReport]:
+    """Unmount every mounted segment whose owner's last heartbeat is older than
+    segment_heartbeat_timeout_ms (0 = never); the monitor runs this every interval."""
+    timeout = ctx.settings.segment_heartbeat_timeout_ms
+    if not timeout:
+        return []
+    now = ctx.redis_time_ms()
+    silent = [s.name for s in read_segments(ctx).values()
+              if s.mounted and s.heartbeat_ms + timeout < now]
+    reports = []
+    for name in silent:
+        log.warning("segment %s missed its heartbeats for %d ms: unmounting it", name, timeout)
+        reports.append(unmount(ctx, name))
+    return reports
+
+
+def _sweep(ctx: Context, name: str, node_keys: list[str], report: UnmountReport) -> None:
+    if not node_keys:
+        return
+    calls = ctx.calls("invalidate", name)
+    for node_key in node_keys:
+        prefix_hash = ctx.schema.hash_of_node_key(node_key)
+        call = calls.add(ctx.shard(prefix_hash), prefix_hash)
+        call.item(call.node(prefix_hash), prefix_hash)
+    batch = ctx.batch()
+    calls.queue(batch)
+    results = batch.execute()
+    intents: list[Intent] = []
+    for _, reply in calls.replies(results):
+        if isinstance(reply, MooncakeRedisError):
+            raise reply
+        intents += triples(reply[1])
+        for outcome in reply[0]:
+            touched, deleted, freed = (int(x) for x in outcome.split(":"))
+            report.objects += touched
+            report.deleted += deleted
+            report.bytes += freed
+    report.nodes += len(node_keys)
+    cascade(ctx, intents)
+
+
+def _set_flags(ctx: Context, name: str, mounted: bool) -> None:
+    batch = ctx.batch()
+    for shard in ctx.all_shards():
+        stats = ctx.schema.shard_keys(shard).stats
+        if mounted:
+            batch.command("HSET", stats, f"m:{name}", 1, retry_safe=True)
+        else:
+            batch.command("HDEL", stats, f"m:{name}", retry_safe=True)
+    for reply in batch.execute():
+        if isinstance(reply, MooncakeRedisError):
+            raise reply
+
+
+def _capacity_changed(ctx: Context) -> None:
+    """The namespace's capacity follows its mounted segments: re-read, and give the
+    shards their new limits."""
+    ctx.reload_settings()
+    rebalance(ctx)
+
+
+def _registry(ctx: Context, operation: str, name: str, *args: object) -> str:
+    batch = ctx.batch()
+    batch.call(ctx.scripts["segment"], [ctx.schema.segments], [operation, name, *args],
+               retry_safe=operation in ("unmount", "progress", "done", "heartbeat"))
+    (reply,) = batch.execute()
+    if isinstance(reply, MooncakeRedisError):
+        raise reply
+    return str(reply)
