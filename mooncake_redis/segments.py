@@ -67,6 +67,8 @@ def mount(ctx: Context, name: str, capacity_bytes: int, *, remount: bool = False
     if capacity == 0:
         raise InvalidArgument("a segment's capacity_bytes must be positive")
     reply = _registry(ctx, "remount" if remount else "mount", name, capacity)
+    if reply == "EXISTS unmounting":
+        reply = "UNMOUNTING"
     if reply.startswith("EXISTS"):
         raise SegmentExists(f"segment {name} is registered already ({reply[7:]}); "
                             "remount_segment changes a mounted segment's capacity")
@@ -118,6 +120,7 @@ def unmount(ctx: Context, name: str, max_nodes: int | None = None,
             if on_page is not None:
                 on_page(report)
     _registry(ctx, "done", name)
+    _capacity_changed(ctx)  # the last segment gone: capacity_bytes applies again
     report.done = True
     log.info("segment %s unmounted: %d nodes swept, %d objects lost a replica, %d deleted, "
              "%d bytes freed", name, report.nodes, report.objects, report.deleted, report.bytes)

@@ -46,7 +46,8 @@ def snapshot(index: Index) -> dict[str, Any]:
             if key.endswith(":stats"):
                 value.pop("writes", None)
                 value.pop("fences", None)
-                if not any(v != "0" for v in value.values()):
+                value = {name: v for name, v in value.items() if v != "0"}
+                if not value:
                     continue
             state[key] = value
         elif kind == "zset":

@@ -1,5 +1,6 @@
-"""The watermark monitor: keeps the shards' admission limits fresh and enqueues an eviction
-job whenever usage is above the high watermark."""
+"""The watermark monitor: keeps the shards' admission limits fresh, enqueues an eviction
+job whenever usage is above the high watermark, and unmounts segments whose owners stopped
+heart-beating (segment_heartbeat_timeout_ms)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import redis
 from mooncake_redis.admission import rebalance
 from mooncake_redis.context import Context
 from mooncake_redis.errors import ClusterUnavailable
+from mooncake_redis.segments import unmount_silent
 
 from .jobs import request_eviction
 
@@ -49,6 +51,7 @@ def watch(ctx: Context, interval_s: float = 1.0, iterations: int | None = None,
 
 def _check(ctx: Context) -> int:
     settings = ctx.settings
+    unmount_silent(ctx)
     shards = rebalance(ctx)
     used = sum(s.used_bytes for s in shards)
     capacity = settings.capacity_bytes

@@ -1,0 +1,269 @@
+"""Segments: mount, remount, heartbeats, and unmount's sweep, which must leave no replica on
+the segment whatever a writer does at any point of it, and survive being cut short."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from conftest import IndexFactory
+from helpers import A, B, assert_consistent, page
+
+from mooncake_redis import ConfigurationError, Index, InvalidArgument
+from mooncake_redis import segments as segments_module
+from mooncake_redis.errors import SegmentExists, SegmentNotMounted, SegmentUnmounting
+from mooncake_redis.matching import scan_node_keys
+from mooncake_redis.values import decode_object, split_node
+
+SEGMENT = "node-a:7000"
+
+
+def replicas_on(index: Index, segment: str) -> list[str]:
+    """Every object key with a replica on the segment, read from the nodes themselves."""
+    found = []
+    for keys in scan_node_keys(index.ctx):
+        for key in keys:
+            prefix_hash = index.ctx.schema.hash_of_node_key(key)
+            for suffix, value in split_node(index.client.hgetall(key)).objects.items():
+                stored = decode_object(value)
+                if stored and any(r.segment == segment for r in stored.replicas):
+                    found.append(prefix_hash + suffix)
+    return found
+
+
+def invalidated_events(index: Index) -> list[dict[str, str]]:
+    found = []
+    for shard in index.ctx.all_shards():
+        stream = index.ctx.schema.shard_keys(shard).events
+        found += [f for _, f in index.client.xrange(stream) if f["type"] == "invalidated"]
+    return found
+
+
+def test_mount_remount_and_the_capacity_they_make(index: Index) -> None:
+    index.set_config(capacity_bytes=123)
+    assert index.usage().capacity_bytes == 123  # no segment: the setting
+    index.mount_segment(SEGMENT, 1000)
+    index.mount_segment("disk/ssd0", 500)
+    assert index.usage().capacity_bytes == 1500
+    with pytest.raises(SegmentExists):
+        index.mount_segment(SEGMENT, 2000)
+    index.remount_segment(SEGMENT, 2000)
+    assert index.usage().capacity_bytes == 2500
+    with pytest.raises(ConfigurationError, match="sum of its mounted segments"):
+        index.set_config(capacity_bytes=10)
+    with pytest.raises(InvalidArgument):
+        index.mount_segment("a b", 1)
+    with pytest.raises(InvalidArgument):
+        index.mount_segment("zero", 0)
+    assert index.unmount_segment("disk/ssd0").done
+    assert index.usage().capacity_bytes == 2000
+    assert index.unmount_segment(SEGMENT).done
+    assert index.usage().capacity_bytes == 123  # back to the setting
+    with pytest.raises(SegmentNotMounted):
+        index.unmount_segment(SEGMENT)
+
+
+def test_heartbeats_and_the_silent_segments_unmounted(make_index: IndexFactory) -> None:
+    index = make_index(segment_heartbeat_timeout_ms=200)
+    index.mount_segment(SEGMENT, 1 << 20)
+    index.mount_segment("alive", 1 << 20)
+    index.put_start(f"{A}_0_k", 10, replicas=[(SEGMENT, "0x1")])
+    time.sleep(0.25)
+    index.segment_heartbeat("alive")
+    reports = segments_module.unmount_silent(index.ctx)
+    assert [r.segment for r in reports] == [SEGMENT] and reports[0].deleted == 1
+    assert set(index.usage().segments) == {"alive"}
+    with pytest.raises(SegmentNotMounted):
+        index.segment_heartbeat(SEGMENT)
+    with pytest.raises(SegmentNotMounted):
+        index.put_start(f"{B}_0_k", 10, replicas=[(SEGMENT, "0x2")])
+
+
+def build_forest(index: Index, chains: int, depth: int) -> int:
+    """`chains` chains of `depth` nodes, two objects per node: `_0_k` on SEGMENT only,
+    `_1_k` on SEGMENT and "other" for nodes at even depth (so they outlive the unmount),
+    on SEGMENT only at odd depth. Returns how many objects hold a replica on SEGMENT."""
+    batch: list[tuple[Any, ...]] = []
+    keys = []
+    for chain in range(chains):
+        parent = None
+        for level in range(depth):
+            h = page(f"{chain}/{level}")
+            both = [(SEGMENT, f"0x{chain:x}.{level}"), ("other", f"/o/{chain}/{level}")]
+            batch.append((f"{h}_0_k", 4, parent, [(SEGMENT, f"0x{chain:x}:{level}")]))
+            batch.append((f"{h}_1_k", 4, parent, both if level % 2 == 0 else both[:1]))
+            keys += [f"{h}_0_k", f"{h}_1_k"]
+            parent = h
+        if len(batch) >= 2000:
+            assert all(r.ok for r in index.batch_put_start(batch))
+            batch = []
+    assert all(r.ok for r in index.batch_put_start(batch))
+    for start in range(0, len(keys), 4000):
+        assert all(r.ok for r in index.batch_put_end(keys[start:start + 4000]))
+    return len(keys)
+
+
+def test_unmount_of_a_segment_under_a_deep_forest(make_index: IndexFactory,
+                                                  backend: str) -> None:
+    """100k objects on real Redis (fewer on the cluster and fakeredis: same code, slower
+    transports): the tree stays consistent, objects left without replicas go with their
+    nodes (the cascade takes the shells up the chains), the bytes are freed and every
+    object touched is announced once."""
+    chains, depth = (1000, 50) if backend == "redis" else (40, 25)
+    index = make_index(events_max_len=100_000)
+    index.mount_segment(SEGMENT, 1 << 40)
+    index.mount_segment("other", 1 << 40)
+    objects = build_forest(index, chains, depth)
+    assert index.usage().segments[SEGMENT].used_bytes == objects * 4
+    report = index.unmount_segment(SEGMENT)
+    assert report.done and report.objects == objects
+    assert report.deleted == objects - chains * ((depth + 1) // 2)
+    assert replicas_on(index, SEGMENT) == []
+    usage = index.usage()
+    assert SEGMENT not in usage.segments
+    assert usage.used_bytes == usage.segments["other"].used_bytes == chains * ((depth + 1) // 2) * 4
+    assert len(invalidated_events(index)) == objects
+    # a chain keeps its even levels' objects; the odd levels between them stay as nodes
+    # (without objects) only because they have children, the last odd level goes
+    top = index.get_node(page("0/0"))
+    assert top is not None and top.keys == [f"{page('0/0')}_1_k"]
+    assert index.get_node(page(f"0/{depth - 1}")) is None or depth % 2 == 1
+    assert_consistent(index)
+
+
+def test_an_unmount_cut_short_resumes_where_it_stopped(
+        make_index: IndexFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(segments_module, "SCAN_COUNT", 10)
+    index = make_index()
+    index.mount_segment(SEGMENT, 1 << 30)
+    index.mount_segment("other", 1 << 30)
+    objects = build_forest(index, 30, 10)
+    first = index.unmount_segment(SEGMENT, max_nodes=1)
+    assert not first.done and 0 < first.nodes < 300
+    with pytest.raises(SegmentUnmounting):  # no mount while the sweep is unfinished
+        index.mount_segment(SEGMENT, 1)
+    with pytest.raises(SegmentNotMounted):  # and no put on it
+        index.put_start(f"{A}_0_k", 1, replicas=[(SEGMENT, "x")])
+    rest = make_index().unmount_segment(SEGMENT)  # another client picks it up
+    assert rest.done and first.objects + rest.objects == objects
+    assert replicas_on(index, SEGMENT) == []
+    assert_consistent(index)
+
+
+class hooks:
+    """Calls `before(step)` before each step of segments.unmount: the registry's change,
+    the flags' clearing, each page's sweep, the end."""
+
+    def __init__(self, before: Callable[[str], None]):
+        self.before = before
+        self.saved: dict[str, Any] = {}
+
+    def __enter__(self) -> hooks:
+        for name in ("_registry", "_set_flags", "_sweep"):
+            original = getattr(segments_module, name)
+            self.saved[name] = original
+
+            def wrapped(*args: Any, _name: str = name, _original: Any = original,
+                        **kwargs: Any) -> Any:
+                self.before(f"{_name}:{args[1]}" if _name == "_registry" else _name)
+                return _original(*args, **kwargs)
+
+            setattr(segments_module, name, wrapped)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name, original in self.saved.items():
+            setattr(segments_module, name, original)
+
+
+def test_a_put_at_any_point_of_an_unmount_leaves_no_replica_on_it(
+        make_index: IndexFactory) -> None:
+    """Every order of one put_start (a single atomic script) against the steps of an
+    unmount (registry, flags, each page's sweep, each progress record, the end): the
+    put runs before step `at`, for every `at` until it runs after the last one. Whatever
+    the order, once the unmount is done no object holds a replica on the segment, and
+    the put was either refused or its replica was swept."""
+    late = (f"{page('late')}_0_k", 1, page(0), [(SEGMENT, "late")])
+    orders: list[list[str]] = []
+    at = 0
+    while not orders or len(orders[-1]) >= at:
+        index = make_index(namespace=f"order{at}")
+        index.mount_segment(SEGMENT, 1 << 20)
+        for i in range(6):
+            index.put_start(f"{page(i)}_0_k", 1, replicas=[(SEGMENT, str(i))])
+        seen: list[str] = []
+        outcome: list[Any] = []
+
+        def before(step: str, at: int = at, index: Index = index, seen: list[str] = seen,
+                   outcome: list[Any] = outcome) -> None:
+            if len(seen) == at:
+                outcome.append(index.batch_put_start([late])[0])
+            seen.append(step)
+
+        with hooks(before):
+            assert index.unmount_segment(SEGMENT).done
+        if not outcome:  # after the last step
+            outcome.append(index.batch_put_start([late])[0])
+        orders.append(seen)
+        assert replicas_on(index, SEGMENT) == [], f"put before step {at} of {seen}"
+        result = outcome[0]
+        assert result.ok or isinstance(result.error, SegmentNotMounted), result
+        # accepted only until the flags are cleared (then swept), refused from then on
+        assert result.ok == (at <= seen.index("_set_flags")), (at, seen)
+        assert_consistent(index)
+        at += 1
+    assert {"_registry:unmount", "_set_flags", "_sweep", "_registry:done"} <= set(orders[0])
+
+
+CRASHING_UNMOUNT = """
+import sys, time
+from mooncake_redis import Index
+index = Index.from_url(sys.argv[1], namespace="crash")
+from mooncake_redis import segments
+original = segments._sweep
+def slow(*args):
+    original(*args)
+    print("page", flush=True)
+    time.sleep(0.05)
+segments._sweep = slow
+segments.SCAN_COUNT = 10  # many pages
+index.unmount_segment("node-a:7000")
+print("done", flush=True)
+"""
+
+
+def test_an_unmount_killed_mid_sweep_with_writers_running_is_finished_by_the_next(
+        redis_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="crash")
+    index.mount_segment(SEGMENT, 1 << 30)
+    index.mount_segment("other", 1 << 30)
+    objects = build_forest(index, 40, 10)
+    process = subprocess.Popen([sys.executable, "-c", CRASHING_UNMOUNT, redis_url],
+                               stdout=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert process.stdout is not None
+    writer = Index.from_url(redis_url, namespace="crash")
+    written = refused = pages = 0
+    while pages < 3:  # writers keep writing on both segments while it sweeps
+        line = process.stdout.readline()
+        assert line.startswith("page"), line
+        pages += 1
+        for result in writer.batch_put_start(
+                [(f"{page(('w', pages, i))}_0_k", 1, page("0/0"),
+                  [("other", "w"), (SEGMENT, "w")] if i % 2 else [("other", "w")])
+                 for i in range(10)]):
+            written += result.ok
+            refused += isinstance(result.error, SegmentNotMounted)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert (written, refused) == (15, 15)  # the segment was refused from the first step
+    report = index.unmount_segment(SEGMENT)
+    assert report.done and 0 < report.objects < objects
+    assert replicas_on(index, SEGMENT) == []
+    assert_consistent(index)
