@@ -298,9 +298,10 @@ def extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     from .eviction_cli import register as register_eviction
     from .maintenance_cli import register as register_maintenance
     from .metrics_cli import register as register_metrics
+    from .segments_cli import register as register_segments
 
     return [register_config, register_eviction, register_maintenance, register_metrics,
-            register_sim]
+            register_segments, register_sim]
 
 
 def register_sim(subparsers: argparse._SubParsersAction) -> None:

@@ -3,6 +3,7 @@ the segment whatever a writer does at any point of it, and survive being cut sho
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -267,3 +268,26 @@ def test_an_unmount_killed_mid_sweep_with_writers_running_is_finished_by_the_nex
     assert report.done and 0 < report.objects < objects
     assert replicas_on(index, SEGMENT) == []
     assert_consistent(index)
+
+
+def test_the_segments_command(redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from mooncake_redis.cli import main
+
+    common = ["--url", redis_url, "--namespace", "segcli"]
+    assert main([*common, "segments", "mount", SEGMENT, "64MiB"]) == 0
+    assert f"{SEGMENT}  mounted  0 B of 64.0 MiB" in capsys.readouterr().out
+    assert main([*common, "segments", "mount", SEGMENT, "1"]) == 1
+    assert "registered already" in capsys.readouterr().err
+    index = Index.from_url(redis_url, namespace="segcli")
+    index.put_start(f"{A}_0_k", 10, replicas=[(SEGMENT, "0x1")])
+    assert main([*common, "segments", "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert (listed["name"], listed["used_bytes"], listed["capacity_bytes"]) == \
+        (SEGMENT, 10, 64 << 20)
+    assert main([*common, "segments", "unmount", SEGMENT, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["done"] and report["deleted"] == 1
+    assert index.object_info(f"{A}_0_k") is None
+    with pytest.raises(SystemExit) as exit_:
+        main([*common, "segments", "mount", SEGMENT, "0"])
+    assert exit_.value.code == 2
