@@ -38,8 +38,9 @@ for a = 5, #ARGV, 6 do
   if not current or epoch > current then
     if not current then add(n, 'nc', 1) end
     put_field(n, name, num(epoch))
-    -- scored by the epoch: this writer's estimate of Redis time (no TIME call needed)
-    redis.call('ZADD', PENDING, num(epoch), n.hash .. '|' .. child .. '|' .. num(epoch))
+    -- scored by Redis time, not by the epoch: a writer's epochs may run ahead of the
+    -- clock (one per batch, at least past a fence), and the resolver's grace is time
+    redis.call('ZADD', PENDING, num(now()), n.hash .. '|' .. child .. '|' .. num(epoch))
     written = 1
   end
   results[#results + 1] = written

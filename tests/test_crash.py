@@ -139,8 +139,10 @@ def test_eviction_workers_killed_at_random_points(redis_url: str) -> None:
     workers = [start_killable_job(env)]
     try:
         while crashes < CRASHES:
-            if index.usage().objects < 200:  # however fast this machine evicts, keep work
-                build_forest(index, conversations=40, turns=10, generation=generations)
+            if index.usage().objects < 2000:  # however fast this machine evicts, keep work:
+                # a job must outlast the kill's delay (up to 0.3 s; one of 400 objects
+                # took 0.12 s here)
+                build_forest(index, conversations=200, turns=10, generation=generations)
                 generations += 1
             before = index.usage().objects
             worker = workers[-1]
