@@ -1,5 +1,6 @@
 """The `mooncake-redis` command: demo, stats, inspect, tree, roots (and the commands that live
-beside the modules they drive: config_cli, eviction_cli, maintenance_cli, sim.cli).
+beside the modules they drive: config_cli, eviction_cli, events_cli, maintenance_cli,
+sim.cli).
 
 Conventions, as rq, celery and redis-cli follow them: the global options (--url,
 --namespace) are accepted before or after the command; `--version`; `python -m
@@ -295,13 +296,14 @@ def build_parser() -> argparse.ArgumentParser:
 def extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Commands that live beside the modules they drive."""
     from .config_cli import register as register_config
+    from .events_cli import register as register_events
     from .eviction_cli import register as register_eviction
     from .maintenance_cli import register as register_maintenance
     from .metrics_cli import register as register_metrics
     from .segments_cli import register as register_segments
 
-    return [register_config, register_eviction, register_maintenance, register_metrics,
-            register_segments, register_sim]
+    return [register_config, register_eviction, register_events, register_maintenance,
+            register_metrics, register_segments, register_sim]
 
 
 def register_sim(subparsers: argparse._SubParsersAction) -> None:

@@ -153,6 +153,22 @@ class SegmentUnmounting(MooncakeRedisError):
     code = "SEGMENT_UNMOUNTING"
 
 
+class EventsLost(MooncakeRedisError):
+    """Events a reader had not read yet were trimmed from a shard's events stream (it is
+    capped at events_max_len entries): what it knows of that shard may be wrong. The
+    events consumer yields this as a marker in its stream of events, in the place of the
+    lost ones; resynchronise the shard from `Consumer.list_shard` (docs/EVENTS.md)."""
+
+    code = "EVENTS_LOST"
+
+    def __init__(self, message: str, *, shard: str | None = None, count: int | None = None):
+        super().__init__(message)
+        self.shard = shard
+        """The shard ("00".."ff") whose stream lost them; None when several may have."""
+        self.count = count
+        """How many were lost; None when that cannot be known."""
+
+
 _BY_CODE: dict[str, type[MooncakeRedisError]] = {
     cls.code: cls
     for cls in (

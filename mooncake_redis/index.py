@@ -13,6 +13,7 @@ from .connection import connect, redact
 from .context import Context
 from .deletion import delete_objects
 from .errors import InvalidArgument, NoSpace, RadixTreeDisabled
+from .events import Consumer
 from .eviction import EvictionReport, Evictor
 from .links import ResolverReport, resolve
 from .matching import compile_pattern, scan_objects
@@ -368,6 +369,19 @@ class Index:
     @staticmethod
     def _raise_single(results: list[Result[Any]]) -> None:
         raise_first(results)
+
+    # -- events --------------------------------------------------------------------------
+
+    def events(self, group: str | None = None, consumer: str | None = None, *,
+               start: str = "latest", block_ms: int = 5000, count: int = 100,
+               follow: bool = True) -> Consumer:
+        """A reader of what changes (stored, removed, revoked, evicted objects): iterate it.
+        With a group, at least once (an event is acked once the loop has run for it; a
+        restarted consumer gets its unacked ones again); without, from now or from the
+        oldest event kept (start="earliest"), at most once. Lost events (the streams are
+        capped) come as EventsLost markers; see events.Consumer and docs/EVENTS.md."""
+        return Consumer(self.ctx, group, consumer, start=start, block_ms=block_ms,
+                        count=count, follow=follow)
 
 
 def _key_list(keys: Any, prefix_hash: str) -> list[str]:

@@ -22,6 +22,20 @@ from mooncake_redis.scripts import LIBRARY, SCRIPT_NAMES, read_lua
 
 STOP = "mooncake-test-stop-monitor"
 KEYLESS = {"TIME"}
+KEY_AFTER_SUBCOMMAND = {"XINFO", "XGROUP"}
+"""Commands whose key follows a subcommand (XINFO STREAM key, XGROUP CREATE key ...)."""
+KEY_AFTER_STREAMS = {"XREAD", "XREADGROUP"}
+"""Commands whose (one) key follows the word STREAMS."""
+
+
+def key_of(words: list[str]) -> str:
+    """The key of a command as MONITOR or a script writes it (words[0] is the command)."""
+    command = words[0].upper().strip("'\"")
+    if command in KEY_AFTER_STREAMS:
+        streams = [w.upper().strip("'\"") for w in words].index("STREAMS")
+        return words[streams + 1]
+    position = 2 if command in KEY_AFTER_SUBCOMMAND else 1
+    return words[position] if len(words) > position else ""
 
 
 @dataclass
@@ -51,8 +65,7 @@ class Monitor(threading.Thread):
                 if words == ["ECHO", STOP]:
                     return
                 if command["client_type"] == "lua" and self.calls:
-                    self.calls[-1].touched.append((words[0].upper(), words[1] if
-                                                   len(words) > 1 else ""))
+                    self.calls[-1].touched.append((words[0].upper(), key_of(words)))
                 elif words[0].upper() == "EVALSHA":
                     count = int(words[2])
                     self.calls.append(ScriptCall(self.names[words[1]], words[3:3 + count]))
@@ -89,6 +102,7 @@ def exercise_every_script(index: Index) -> None:
     index.client.hset(index.ctx.schema.shard_keys(a[:2]).stats, "objects", 9)
     assert check(index.ctx, repair=True).repaired  # repair_node, recount_shard
     index.remove_all(force=True)
+    assert list(index.events("g", start="earliest", follow=False))  # read_events
     index.close()
 
 
@@ -152,8 +166,10 @@ def test_the_library_documents_the_common_keys_and_arguments() -> None:
 @pytest.mark.parametrize("name", [*SCRIPT_NAMES, LIBRARY])
 def test_no_script_builds_a_key_name(name: str) -> None:
     """A key is always a variable bound to KEYS, never a literal or a concatenation."""
-    for command, first in re.findall(r"redis\.call\('(\w+)'(?:,\s*([^,)]*))?", read_lua(name)):
-        if command in KEYLESS:
+    for arguments in re.findall(r"redis\.p?call\(('[^)]*)\)", read_lua(name)):
+        words = [word.strip() for word in arguments.split(",")]
+        if words[0].strip("'") in KEYLESS:
             continue
-        assert first and ".." not in first and not first.startswith(("'", '"')), \
-            f"{name}: redis.call('{command}', {first} ...) builds its key"
+        key = key_of(words)
+        assert key and ".." not in key and not key.startswith(("'", '"')), \
+            f"{name}: redis.call({arguments}) builds its key"

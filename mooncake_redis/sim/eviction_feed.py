@@ -16,26 +16,10 @@ O(capacity) per job where the streams cost O(objects that changed).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from mooncake_redis.context import Context
+from mooncake_redis.errors import EventsLost
+from mooncake_redis.events import EVICTED, STORED, Event
 from mooncake_redis.settings import Settings
-
-STORED = "stored"
-EVICTED = "evicted"
-
-
-class EventsLost(RuntimeError):
-    """The streams did not hold every event since the last read: a cap too small, or
-    another client stored, removed or evicted objects of the namespace meanwhile."""
-
-
-@dataclass(frozen=True)
-class ObjectEvent:
-    kind: str
-    prefix_hash: str
-    suffix: str
-    size: int
 
 
 def events_cap(capacity_objects: int) -> int:
@@ -57,13 +41,14 @@ class EventFeed:
 
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
-        self._streams = [ctx.schema.shard_keys(shard).events for shard in ctx.all_shards()]
+        self._streams = {shard: ctx.schema.shard_keys(shard).events
+                         for shard in ctx.all_shards()}
         self._stored_expected = 0
 
     def skip_history(self) -> None:
         """Forget every event so far (an emptied namespace still holds its removals)."""
         batch = self._ctx.batch()
-        for stream in self._streams:
+        for stream in self._streams.values():
             batch.command("XTRIM", stream, "MAXLEN", 0, retry_safe=True)
         batch.execute()
         self._stored_expected = 0
@@ -72,27 +57,26 @@ class EventFeed:
         """The caller completed (put_end) this many objects since the last read."""
         self._stored_expected += objects
 
-    def read(self, evicted_objects: int) -> list[ObjectEvent]:
+    def read(self, evicted_objects: int) -> list[Event]:
         """The objects evicted since the last read; `evicted_objects` is how many the jobs
         since then reported. Raises EventsLost when the counts do not match."""
         batch = self._ctx.batch()
-        for stream in self._streams:
+        for stream in self._streams.values():
             batch.command("XRANGE", stream, "-", "+")
         stored, evicted, other = 0, [], []
         trim = self._ctx.batch()
-        for stream, entries in zip(self._streams, batch.execute()):
+        for (shard, stream), entries in zip(self._streams.items(), batch.execute()):
             if not entries:
                 continue
             trim.command("XTRIM", stream, "MINID", _next_id(entries[-1][0]), retry_safe=True)
-            for _, fields in entries:
-                kind = fields.get("type")
-                if kind == STORED:
+            for entry_id, fields in entries:
+                event = Event.from_entry(shard, entry_id, fields)
+                if event.type == STORED:
                     stored += 1
-                elif kind == EVICTED:
-                    evicted.append(ObjectEvent(kind, fields["hash"], fields["suffix"],
-                                               int(fields["size"])))
+                elif event.type == EVICTED:
+                    evicted.append(event)
                 else:
-                    other.append(kind)
+                    other.append(event.type)
         if len(trim):
             trim.execute()
         expected_stored, self._stored_expected = self._stored_expected, 0

@@ -22,11 +22,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mooncake_redis.errors import MooncakeRedisError
+from mooncake_redis.events import Event
 from mooncake_redis.index import Index
 from mooncake_redis.models import raise_first
 from mooncake_redis.prefix import SHARD_COUNT
 from mooncake_redis.settings import Settings
-from mooncake_redis.sim.eviction_feed import EventFeed, ObjectEvent, events_cap
+from mooncake_redis.sim.eviction_feed import EventFeed, events_cap
 from mooncake_redis.sim.kv_layout import KV_SUFFIXES
 from mooncake_redis.sim.page_replay import OrphanMeter
 from mooncake_redis.sim.page_trace import ServicePages
@@ -275,10 +276,10 @@ class ServiceReplay:
             if not report.more_work:
                 return evicted
 
-    def _forget(self, events: Sequence[ObjectEvent]) -> None:
+    def _forget(self, events: Sequence[Event]) -> None:
         """Take the evicted pages out of what the replay knows, one by one: each removal
         keeps the orphan count exact for the pages still stored."""
-        evicted_pages = dict.fromkeys(self._page_of.get(event.prefix_hash, -1)
+        evicted_pages = dict.fromkeys(self._page_of.get(event.hash, -1)
                                       for event in events)
         for page in evicted_pages:
             if page not in self.stored:

@@ -14,8 +14,8 @@ from redis_server import RedisServer
 
 from mooncake_redis import Index
 from mooncake_redis.cli import main as mooncake_redis_main
+from mooncake_redis.errors import EventsLost
 from mooncake_redis.fsck import check
-from mooncake_redis.sim.eviction_feed import EventsLost
 from mooncake_redis.sim.page_trace import PageTrace, build_page_trace, service_pages
 from mooncake_redis.sim.service_replay import (
     PageLayout,
