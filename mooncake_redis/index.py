@@ -17,6 +17,7 @@ from .eviction import EvictionReport, Evictor
 from .links import ResolverReport, resolve
 from .matching import compile_pattern, scan_objects
 from .models import NodeInfo, ObjectInfo, Result, Usage, raise_first
+from .observers import count_refusals
 from .settings import DEFAULT_NAMESPACE, DEFAULT_URL, ENV_NAMESPACE, ENV_URL, Settings
 from .validation import check_depth, check_flag, check_items, check_size, check_unique
 from .values import HARD_PIN, SOFT_PIN
@@ -119,7 +120,7 @@ class Index:
         results = registration.write(self.ctx, writes)
         if self.on_no_space is not None and any(isinstance(r.error, NoSpace) for r in results):
             self.on_no_space(self)
-        return results
+        return self._counted("put_start", results)
 
     def put_end(self, key: str) -> None:
         """Complete a processing object (its lease starts now, so objects nobody reads are
@@ -127,14 +128,15 @@ class Index:
         self._raise_single(self.batch_put_end([key]))
 
     def batch_put_end(self, keys: Sequence[str]) -> list[Result[None]]:
-        return objects.put_end(self.ctx, self._targets(keys))
+        return self._counted("put_end", objects.put_end(self.ctx, self._targets(keys)))
 
     def put_revoke(self, key: str) -> None:
         """Abandon this client's processing object: delete it and release its bytes."""
         self._raise_single(self.batch_put_revoke([key]))
 
     def batch_put_revoke(self, keys: Sequence[str]) -> list[Result[None]]:
-        return delete_objects(self.ctx, self._targets(keys), "revoke")
+        return self._counted("put_revoke", delete_objects(self.ctx, self._targets(keys),
+                                                          "revoke"))
 
     def get(self, key: str) -> ObjectInfo | None:
         """The object's metadata, granting a lease of lease_ttl_ms (Redis time); None if the
@@ -144,7 +146,7 @@ class Index:
 
     def batch_get(self, keys: Sequence[str]) -> list[Result[ObjectInfo]]:
         """get for many keys: one round trip, one Result per key (value None if absent)."""
-        return objects.get(self.ctx, self._targets(keys))
+        return self._counted("get", objects.get(self.ctx, self._targets(keys)))
 
     def is_exist(self, key: str) -> bool:
         """Whether a complete object is stored. Grants no lease unless probe_extends_lease."""
@@ -167,7 +169,7 @@ class Index:
 
     def batch_remove(self, keys: Sequence[str], force: bool = False) -> list[Result[None]]:
         mode = "force" if check_flag(force, "force") else "remove"
-        return delete_objects(self.ctx, self._targets(keys), mode)
+        return self._counted("remove", delete_objects(self.ctx, self._targets(keys), mode))
 
     def remove_by_regex(self, pattern: str, force: bool = False) -> int:
         """Delete every object whose key matches the regular expression (searched, RE2:
@@ -216,7 +218,7 @@ class Index:
             writes.append(registration.Write(prefix_hash, prefix_hash, parent,
                                              registered=suffixes))
         check_unique([w.prefix_hash for w in writes], "prefix hash")
-        return registration.write(self.ctx, writes)
+        return self._counted("register_radix_tree_node", registration.write(self.ctx, writes))
 
     def get_node(self, prefix_hash: str) -> NodeInfo | None:
         """A node's parent, children and objects; None if there is no such node."""
@@ -281,6 +283,11 @@ class Index:
         if not self.settings.enable_radix_tree:
             raise RadixTreeDisabled(f"namespace {self.namespace!r} runs with "
                                     "enable_radix_tree=False")
+
+    def _counted(self, operation: str, results: list[Result[Any]]) -> list[Result[Any]]:
+        """The results as they are; refused items are counted for metrics (observers.py)."""
+        count_refusals(self.namespace, operation, results)
+        return results
 
     @staticmethod
     def _raise_single(results: list[Result[Any]]) -> None:

@@ -4,6 +4,7 @@ with the jobs it runs."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import subprocess
@@ -23,7 +24,8 @@ from redis_server import RedisServer, free_port
 
 from mooncake_redis import Index
 from mooncake_redis.cli import main
-from mooncake_redis.eviction import TARGET_REACHED, job_observers
+from mooncake_redis.errors import NoSpace
+from mooncake_redis.eviction import TARGET_REACHED
 from mooncake_redis.metrics import Exporter
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -83,18 +85,104 @@ def test_a_redis_that_is_down_is_up_0_not_a_failed_scrape() -> None:
     assert ("mooncake_redis_objects", (("namespace", "gone"),)) not in scraped
 
 
+@contextlib.contextmanager
+def counting(exporter: Exporter) -> Iterator[Exporter]:
+    exporter.count_this_process()
+    try:
+        yield exporter
+    finally:
+        exporter.stop_counting()
+
+
+def test_refusals_are_counted_by_operation_and_reason(redis_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="ref", capacity_bytes=256 * 4096)
+    exporter = Exporter([index.ctx])
+    a, b = f"{page('a')}_0_k", f"{page('b')}_0_k"
+    Index.from_url(redis_url, namespace="ref").put_start(a, 10)  # another writer's
+    assert not index.batch_put_start([(a, 10)])[0].ok  # before counting: not counted
+    with counting(exporter):
+        puts = index.batch_put_start([(a, 10), (b, 10), (f"{page(1)}_0_k", 1 << 20),
+                                      (f"{page(2)}_0_k", 1 << 20)])  # over a shard's 4 KiB
+        index.put_end(b)
+        index.get(b)  # a lease: remove is refused
+        removes = index.batch_remove([b])
+        ends = index.batch_put_end([f"{page('never')}_0_k"])
+        scraped = samples(exporter.text())
+    index.batch_remove([b])  # after stop_counting: not counted
+    assert samples(exporter.text()) == scraped
+    refused = [type(r.error).__name__ for r in puts + removes + ends if r.error]
+    assert refused == ["ObjectAlreadyExists", "NoSpace", "NoSpace", "ObjectLeased",
+                       "ObjectNotFound"]
+    assert isinstance(puts[2].error, NoSpace)
+    counted = {labels: count for (name, labels), count in scraped.items()
+               if name == "mooncake_redis_refusals_total"}
+    ref = ("namespace", "ref")
+    assert counted == {
+        (ref, ("operation", "put_start"), ("reason", "ObjectAlreadyExists")): 1,
+        (ref, ("operation", "put_start"), ("reason", "NoSpace")): 2,
+        (ref, ("operation", "remove"), ("reason", "ObjectLeased")): 1,
+        (ref, ("operation", "put_end"), ("reason", "ObjectNotFound")): 1,
+    }
+
+
+def test_script_latency_is_observed_per_script_while_counting(redis_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="lat")
+    exporter = Exporter([index.ctx])
+    index.put_start(f"{page('x')}_0_k", 10)  # before counting: not observed
+    with counting(exporter):
+        index.batch_put_start([(f"{page(n)}_0_k", 10) for n in range(50)])  # one batch
+        for n in range(3):
+            index.put_end(f"{page(n)}_0_k")
+        scraped = samples(exporter.text())
+
+    def count(script: str) -> float:
+        return scraped.get(("mooncake_redis_script_seconds_count", (("script", script),)), 0)
+
+    assert count("put_start") == 1 and count("put_end") == 3 and count("delete") == 0
+    assert value(scraped, "mooncake_redis_script_seconds_sum", script="put_start") > 0
+    assert value(scraped, "mooncake_redis_script_seconds_bucket", script="put_end",
+                 le="+Inf") == 3
+
+
+def test_eviction_lag_counts_from_the_first_scrape_above_the_high_watermark(
+        redis_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="lag", capacity_bytes=1 << 20, lease_ttl_ms=1)
+    build(index)  # 3840 bytes
+    now = [1000.0]
+    exporter = Exporter([index.ctx], clock=lambda: now[0])
+
+    def lag() -> float:
+        scraped = samples(exporter.text())
+        assert value(scraped, "mooncake_redis_high_watermark_ratio",
+                     namespace="lag") == index.settings.high_watermark
+        return value(scraped, "mooncake_redis_eviction_lag_seconds", namespace="lag")
+
+    assert lag() == 0
+    index.set_config(capacity_bytes=4000)  # 3840 > 0.9 x 4000
+    now[0] += 5
+    assert lag() == 0  # first seen above now
+    now[0] += 30
+    assert lag() == 30
+    index.evict()
+    assert index.usage().used_bytes <= 0.9 * 4000
+    now[0] += 10
+    assert lag() == 0
+    index.set_config(capacity_bytes=1000)  # above again: counted from this scrape
+    now[0] += 10
+    assert lag() == 0
+    now[0] += 7
+    assert lag() == 7
+
+
 def test_eviction_counters_move_with_the_jobs_this_process_runs(redis_url: str) -> None:
     index = Index.from_url(redis_url, namespace="evm", capacity_bytes=1 << 20, lease_ttl_ms=1)
     build(index)
     exporter = Exporter([index.ctx])
-    exporter.count_jobs()
-    try:
+    with counting(exporter):
         before = samples(exporter.text())
         assert ("mooncake_redis_evicted_objects_total", (("namespace", "evm"),)) not in before
         report = index.evict(target_ratio=0)
         scraped = samples(exporter.text())
-    finally:
-        job_observers.remove(exporter.observe_job)
     assert report.objects == 2  # B and D; A keeps its child C, which is still processing
     assert value(scraped, "mooncake_redis_eviction_jobs_total", namespace="evm",
                  stopped=report.stopped) == 1
@@ -178,6 +266,7 @@ def test_a_worker_with_metrics_counts_the_jobs_it_runs(
             break
         time.sleep(0.1)
     assert jobs == 1, worker.poll()
+    assert value(scraped, "mooncake_redis_script_seconds_count", script="evict") >= 1
     evicted = value(scraped, "mooncake_redis_evicted_bytes_total", namespace="wm")
     assert evicted > 0 and index.usage().used_bytes == 3840 - evicted
     assert index.usage().used_bytes <= 3200 * index.settings.eviction_target_ratio
