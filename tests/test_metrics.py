@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
+import re
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -27,6 +30,9 @@ from mooncake_redis.cli import main
 from mooncake_redis.errors import NoSpace
 from mooncake_redis.eviction import TARGET_REACHED
 from mooncake_redis.metrics import Exporter
+
+DASHBOARD = Path(__file__).resolve().parent.parent / "deploy" / "grafana" / "mooncake-redis.json"
+METRIC_NAME = re.compile(r"\bmooncake_redis_[a-z_]+")
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -293,3 +299,32 @@ def test_without_prometheus_client_the_command_says_what_to_install(
     monkeypatch.setitem(sys.modules, "mooncake_redis.metrics", None)  # as if not installed
     assert main(["--url", "memory://", "metrics", "--once"]) == 1
     assert "pip install 'mooncake-redis[metrics]'" in capsys.readouterr().err
+
+
+def dashboard_queries() -> list[str]:
+    """Every PromQL expression of the Grafana dashboard: panel targets and variables."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    queries = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    assert all(panel["targets"] for panel in dashboard["panels"])
+    return queries + [variable["definition"] for variable in dashboard["templating"]["list"]
+                      if variable["type"] == "query"]
+
+
+def test_every_metric_the_dashboard_queries_is_served(redis_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="dash", capacity_bytes=256 * 4096,
+                           lease_ttl_ms=1)
+    build(index)
+    exporter = Exporter([index.ctx])
+    with counting(exporter):  # make every counter and histogram hold a sample
+        assert not index.batch_put_start([(f"{page(1)}_0_k", 1 << 20)])[0].ok
+        index.evict(target_ratio=0)
+        exporter.observe_request("dash", 1)
+        port = free_port()
+        exporter.serve(port, "127.0.0.1")
+        scraped = scrape(port)
+    served = {name for name, _ in scraped}
+    queried = {name for query in dashboard_queries() for name in METRIC_NAME.findall(query)}
+    assert len(queried) > 10 and not queried - served, sorted(queried - served)
+    families = {family.name for family in exporter.registry.collect()}
+    shown = {family for family in families if any(name.startswith(family) for name in queried)}
+    assert families == shown, sorted(families - shown)  # every metric has a panel
