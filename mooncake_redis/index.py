@@ -4,22 +4,30 @@ registration, objects, deletion, tree, eviction and admission (docs/ARCHITECTURE
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from . import admission, objects, registration, tree
+from . import admission, objects, registration, tree, waiting
 from .connection import connect, redact
 from .context import Context
 from .deletion import delete_objects
-from .errors import InvalidArgument, NoSpace, RadixTreeDisabled
+from .errors import InvalidArgument, RadixTreeDisabled
 from .eviction import EvictionReport, Evictor
 from .links import ResolverReport, resolve
 from .matching import compile_pattern, scan_objects
 from .models import NodeInfo, ObjectInfo, Result, Usage, raise_first
 from .observers import count_refusals
 from .settings import DEFAULT_NAMESPACE, DEFAULT_URL, ENV_NAMESPACE, ENV_URL, Settings
-from .validation import check_depth, check_flag, check_items, check_size, check_unique
+from .validation import (
+    check_depth,
+    check_flag,
+    check_items,
+    check_size,
+    check_unique,
+    check_wait_ms,
+)
 from .values import HARD_PIN, SOFT_PIN
 
 NodeRegistration = tuple[str, "str | None", Sequence[str]]
@@ -89,16 +97,23 @@ class Index:
     # -- objects -------------------------------------------------------------------------
 
     def put_start(self, key: str, size: int, parent_block_hash: str | None = None,
-                  soft_pin: bool = False, hard_pin: bool = False) -> None:
+                  soft_pin: bool = False, hard_pin: bool = False, *,
+                  wait_ms: int | None = None) -> None:
         """Create an object in state processing, counted against capacity, in its prefix's
-        node; with the radix tree on and a parent given, link the node to its parent."""
+        node; with the radix tree on and a parent given, link the node to its parent.
+        wait_ms: as in batch_put_start."""
         self._raise_single(self.batch_put_start([(key, size, parent_block_hash)],
-                                                soft_pin=soft_pin, hard_pin=hard_pin))
+                                                soft_pin=soft_pin, hard_pin=hard_pin,
+                                                wait_ms=wait_ms))
 
     def batch_put_start(self, items: Iterable[Sequence[Any]], soft_pin: bool = False,
-                        hard_pin: bool = False) -> list[Result[None]]:
+                        hard_pin: bool = False, *, wait_ms: int | None = None
+                        ) -> list[Result[None]]:
         """put_start for many (key, size[, parent hash]) at once: one round trip on a single
-        Redis for the whole batch, links included; one Result per item."""
+        Redis for the whole batch, links included; one Result per item. Items refused for
+        space ask for eviction (on_no_space); with wait_ms > 0 (default: the put_wait_ms
+        setting) they are sent again until written or wait_ms has passed, and without a
+        queue this call runs one eviction job itself (waiting.py)."""
         pins = (SOFT_PIN if check_flag(soft_pin, "soft_pin") else 0) | \
             (HARD_PIN if check_flag(hard_pin, "hard_pin") else 0)
         settings = self.settings  # read (and refreshed if due) once per call
@@ -117,9 +132,11 @@ class Index:
             writes.append(registration.Write(key, prefix_hash, parent if tree_on else None,
                                              suffix=suffix, size=size, pins=pins))
         check_unique([w.key for w in writes], "object key")
-        results = registration.write(self.ctx, writes)
-        if self.on_no_space is not None and any(isinstance(r.error, NoSpace) for r in results):
-            self.on_no_space(self)
+        wait_ms = settings.put_wait_ms if wait_ms is None else check_wait_ms(wait_ms)
+        results = waiting.write_waiting(
+            self.ctx, writes, wait_ms,
+            on_no_space=self.on_no_space and functools.partial(self.on_no_space, self),
+            evict=None if self.ctx.options.queue_url else self.evict)
         return self._counted("put_start", results)
 
     def put_end(self, key: str) -> None:

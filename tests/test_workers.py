@@ -173,6 +173,37 @@ def test_the_monitor_rides_out_a_redis_restart(restartable_redis: RedisServer,
 
 
 @pytest.mark.usefixtures("worker_environment")
+def test_a_put_with_a_wait_is_written_once_the_worker_has_evicted(
+        redis_url: str, queue_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="full-wait", queue_url=queue_url)
+    roots(index, 2000)
+    index.set_config(capacity_bytes=20_000)  # as above: every shard at its limit
+    one_more = f"{page('one-more')}_0_k"
+    outcome: list[BaseException | None] = []
+
+    def put() -> None:
+        try:
+            index.put_start(one_more, 10, wait_ms=120_000)  # a liveness bound
+            outcome.append(None)
+        except BaseException as error:
+            outcome.append(error)
+
+    waiting = threading.Thread(target=put)
+    waiting.start()
+    deadline = time.monotonic() + 60
+    while not len(queue(queue_url)) and time.monotonic() < deadline:  # the refusal's job
+        time.sleep(0.01)
+    assert not outcome and index.object_info(one_more) is None  # waiting: with a queue,
+    # the call runs no eviction job itself
+    run_worker(queue_url, burst=True, logging_level="WARNING")
+    waiting.join(timeout=120)
+    assert outcome == [None]
+    assert index.object_info(one_more) is not None
+    assert index.usage().used_bytes <= 17_000 + 10
+    assert_consistent(index)
+
+
+@pytest.mark.usefixtures("worker_environment")
 def test_put_start_refused_for_space_enqueues_a_job(redis_url: str, queue_url: str) -> None:
     index = Index.from_url(redis_url, namespace="full", queue_url=queue_url)
     roots(index, 2000)
