@@ -83,7 +83,6 @@ def test_the_setting_gives_the_wait_and_only_refused_items_are_sent_again(
 
 def test_a_put_that_cannot_fit_still_reports_no_space_after_the_wait(redis_url: str) -> None:
     index = full_store(redis_url)
-    index.batch_put_start([(in_shard(3, "pinned"), 10)], hard_pin=True)
     too_big = in_shard(3, "huge")
     with pytest.raises(NoSpace):  # bigger than the whole capacity: no eviction helps
         index.put_start(too_big, 256 * SHARD_SHARE + 1, wait_ms=50)
