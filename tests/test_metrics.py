@@ -11,10 +11,12 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
 import redis
@@ -22,6 +24,7 @@ import rq
 from helpers import build_small_tree, page
 from mooncake_redis.workers.jobs import QUEUE_NAME, request_eviction
 from mooncake_redis.workers.monitor import watch
+from prometheus_client import make_wsgi_app
 from prometheus_client.parser import text_string_to_metric_families
 from redis_server import RedisServer, free_port
 
@@ -301,6 +304,27 @@ def test_without_prometheus_client_the_command_says_what_to_install(
     assert "pip install 'mooncake-redis[metrics]'" in capsys.readouterr().err
 
 
+@contextlib.contextmanager
+def serving(exporter: Exporter) -> Iterator[int]:
+    """The exporter's registry over HTTP, as Exporter.serve does, stopped afterwards (a
+    server thread left behind would make later forking tests warn)."""
+    server = make_server("127.0.0.1", 0, make_wsgi_app(exporter.registry),
+                         handler_class=QuietHandler)
+    thread = threading.Thread(target=server.serve_forever)
+    thread.start()
+    try:
+        yield server.server_port
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+class QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
 def dashboard_queries() -> list[str]:
     """Every PromQL expression of the Grafana dashboard: panel targets and variables."""
     dashboard = json.loads(DASHBOARD.read_text())
@@ -319,8 +343,7 @@ def test_every_metric_the_dashboard_queries_is_served(redis_url: str) -> None:
         assert not index.batch_put_start([(f"{page(1)}_0_k", 1 << 20)])[0].ok
         index.evict(target_ratio=0)
         exporter.observe_request("dash", 1)
-        port = free_port()
-        exporter.serve(port, "127.0.0.1")
+    with serving(exporter) as port:
         scraped = scrape(port)
     served = {name for name, _ in scraped}
     queried = {name for query in dashboard_queries() for name in METRIC_NAME.findall(query)}
