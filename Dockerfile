@@ -7,6 +7,6 @@ COPY pyproject.toml README.md LICENSE ./
 COPY mooncake_redis ./mooncake_redis
 COPY lua ./lua
 COPY workers ./workers
-RUN pip install --no-cache-dir ".[metrics]"
+RUN pip install --no-cache-dir ".[rq,metrics]"
 ENTRYPOINT ["mooncake-redis"]
 CMD ["--help"]

@@ -1,6 +1,6 @@
-"""The `mooncake-redis` command: demo, stats, inspect, tree, roots (and the commands that live
-beside the modules they drive: config_cli, eviction_cli, events_cli, maintenance_cli,
-sim.cli).
+"""The `mooncake-redis` command: demo, stats, inspect, tree, roots, namespaces (and the
+commands that live beside the modules they drive: config_cli, eviction_cli, events_cli,
+maintenance_cli, segments_cli, sim.cli).
 
 Conventions, as rq, celery and redis-cli follow them: the global options (--url,
 --namespace) are accepted before or after the command; `--version`; `python -m
@@ -11,6 +11,7 @@ password masked; 2 a usage error (argparse's, or a value the command line cannot
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import sys
@@ -208,6 +209,30 @@ def cmd_roots(args: argparse.Namespace) -> int:
     return OK
 
 
+def cmd_namespaces(args: argparse.Namespace) -> int:
+    from .connection import connect
+    from .namespaces import namespace_usages
+
+    found = namespace_usages(connect(url_of(args)))
+    if args.json:
+        print_json({"namespaces": [{"namespace": item.namespace, **jsonable(item.usage),
+                                    "ratio": item.usage.ratio} for item in found]})
+        return OK
+    if not found:
+        print(f"no namespace at {safe_url(url_of(args))}", file=sys.stderr)
+        return OK
+    width = max(len("NAMESPACE"), *(len(item.namespace) for item in found))
+    print(f"{'NAMESPACE':<{width}}  {'OBJECTS':>10}  {'NODES':>10}  {'USED':>10}  "
+          f"{'CAPACITY':>10}  {'USED%':>6}")
+    for item in found:
+        usage = item.usage
+        capacity = human_bytes(usage.capacity_bytes) if usage.capacity_bytes else "unlimited"
+        ratio = f"{usage.ratio:.1%}" if usage.capacity_bytes else "-"
+        print(f"{item.namespace:<{width}}  {usage.objects:>10}  {usage.nodes:>10}  "
+              f"{human_bytes(usage.used_bytes):>10}  {capacity:>10}  {ratio:>6}")
+    return OK
+
+
 def add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
     """--url and --namespace, on the top parser and on every command's: a command's copy
     has no default, so it overrides only when given after the command."""
@@ -284,6 +309,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_json_option(roots)
     roots.set_defaults(func=cmd_roots)
 
+    namespaces = commands.add_parser(
+        "namespaces", help="list the namespaces in the Redis at --url, with their objects, "
+                           "nodes, used and capacity bytes (reads only)")
+    add_json_option(namespaces)
+    namespaces.set_defaults(func=cmd_namespaces)
+
     for register in extra_commands():
         register(commands)
     for command in command_parsers(parser):
@@ -331,6 +362,10 @@ def warn_if_in_process(args: argparse.Namespace) -> None:
 
 def missing_for(args: argparse.Namespace) -> str | None:
     """What an optional dependency the command needs lacks, found before any work starts."""
+    if args.command in ("worker", "monitor") and importlib.util.find_spec("rq") is None:
+        from .workers.jobs import RQ_MISSING
+
+        return f"`{args.command}`: {RQ_MISSING}"
     if args.command == "sim" and getattr(args, "plot", False):
         try:
             import matplotlib  # noqa: F401

@@ -91,7 +91,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     os.environ[ENV_URL] = url_of(args)
     if args.metrics_port is not None:
         exporter = start_metrics(index, args.metrics_port)
-        exporter.count_jobs()
+        exporter.count_this_process()
     run_worker(index.ctx.options.queue_url, burst=args.burst, logging_level=args.log_level,
                in_process=args.metrics_port is not None)
     return OK

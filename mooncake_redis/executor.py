@@ -36,6 +36,7 @@ from .errors import (
     StoreFull,
     from_script_error,
 )
+from .observers import script_observers
 
 hiredis: Any
 try:
@@ -174,7 +175,10 @@ class Batch:
         preamble, self._preamble = self._preamble, 0
         if not queued:
             return []
+        started = time.perf_counter()
         results, resent = self._executor.run(queued)
+        if script_observers:
+            observe_scripts(queued, time.perf_counter() - started)
         self.resent = {position - preamble for position in resent if position >= preamble}
         return results[preamble:]
 
@@ -388,6 +392,13 @@ def pack(connection: Any, commands: list[tuple[Any, ...]]) -> Any:
         except TypeError:
             pass
     return connection.pack_commands(commands)
+
+
+def observe_scripts(queued: Sequence[Queued], seconds: float) -> None:
+    """Each script the batch carried, once, with the batch's time (observers.py)."""
+    for name in dict.fromkeys(item.name for item in queued if item.args[0] == "EVALSHA"):
+        for observer in script_observers:
+            observer(name, seconds)
 
 
 def name_of(node: Any) -> str:

@@ -4,20 +4,22 @@ registration, objects, deletion, tree, eviction and admission (docs/ARCHITECTURE
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from . import admission, objects, registration, segments, tree
+from . import admission, objects, registration, segments, tree, waiting
 from .connection import connect, redact
 from .context import Context
 from .deletion import delete_objects
-from .errors import InvalidArgument, NoSpace, RadixTreeDisabled
+from .errors import InvalidArgument, RadixTreeDisabled
 from .events import Consumer
 from .eviction import EvictionReport, Evictor
 from .links import ResolverReport, resolve
 from .matching import compile_pattern, scan_objects
 from .models import NodeInfo, ObjectInfo, Replica, Result, Usage, raise_first
+from .observers import count_refusals
 from .segment_registry import Segment
 from .settings import DEFAULT_NAMESPACE, DEFAULT_URL, ENV_NAMESPACE, ENV_URL, Settings
 from .validation import (
@@ -27,6 +29,7 @@ from .validation import (
     check_replicas,
     check_size,
     check_unique,
+    check_wait_ms,
 )
 from .values import HARD_PIN, SOFT_PIN, pack_replicas
 
@@ -98,35 +101,44 @@ class Index:
 
     def put_start(self, key: str, size: int, parent_block_hash: str | None = None,
                   soft_pin: bool = False, hard_pin: bool = False,
-                  replicas: Sequence[Replica | Sequence[str]] | None = None) -> None:
+                  replicas: Sequence[Replica | Sequence[str]] | None = None, *,
+                  wait_ms: int | None = None) -> None:
         """Create an object in state processing, counted against capacity, in its prefix's
         node; with the radix tree on and a parent given, link the node to its parent.
         replicas: where the data plane put its bytes (Replica or (segment, location[,
         medium]) each, on mounted segments); each replica's bytes count against its
-        segment."""
+        segment. wait_ms: as in batch_put_start."""
         self._raise_single(self.batch_put_start([(key, size, parent_block_hash, replicas)],
-                                                soft_pin=soft_pin, hard_pin=hard_pin))
+                                                soft_pin=soft_pin, hard_pin=hard_pin,
+                                                wait_ms=wait_ms))
 
     def batch_put_start(self, items: Iterable[Sequence[Any]], soft_pin: bool = False,
-                        hard_pin: bool = False) -> list[Result[None]]:
+                        hard_pin: bool = False, *, wait_ms: int | None = None
+                        ) -> list[Result[None]]:
         """put_start for many (key, size[, parent hash[, replicas]]) at once: one round trip
-        on a single Redis for the whole batch, links included; one Result per item."""
-        return self._put(items, soft_pin, hard_pin, "put")
+        on a single Redis for the whole batch, links included; one Result per item. Items
+        refused for space ask for eviction (on_no_space); with wait_ms > 0 (default: the
+        put_wait_ms setting) they are sent again until written or wait_ms has passed, and
+        without a queue this call runs one eviction job itself (waiting.py)."""
+        return self._put(items, soft_pin, hard_pin, "put", wait_ms)
 
     def upsert_start(self, key: str, size: int, parent_block_hash: str | None = None,
                      soft_pin: bool = False, hard_pin: bool = False,
-                     replicas: Sequence[Replica | Sequence[str]] | None = None) -> None:
+                     replicas: Sequence[Replica | Sequence[str]] | None = None, *,
+                     wait_ms: int | None = None) -> None:
         """put_start that may replace a stored object (Mooncake's UpsertStart): a complete
         object becomes processing with the new size and replicas; its old replicas are
         announced in a `replaced` event whose free_after is the end of the old object's
         read lease, so readers holding a lease keep reading them until then. Finish with
         upsert_end (or abandon with upsert_revoke, which deletes the object)."""
         self._raise_single(self.batch_upsert_start([(key, size, parent_block_hash, replicas)],
-                                                   soft_pin=soft_pin, hard_pin=hard_pin))
+                                                   soft_pin=soft_pin, hard_pin=hard_pin,
+                                                   wait_ms=wait_ms))
 
     def batch_upsert_start(self, items: Iterable[Sequence[Any]], soft_pin: bool = False,
-                           hard_pin: bool = False) -> list[Result[None]]:
-        return self._put(items, soft_pin, hard_pin, "upsert")
+                           hard_pin: bool = False, *, wait_ms: int | None = None
+                           ) -> list[Result[None]]:
+        return self._put(items, soft_pin, hard_pin, "upsert", wait_ms)
 
     def upsert_end(self, key: str) -> None:
         """Complete an upsert (as put_end)."""
@@ -143,7 +155,7 @@ class Index:
         return self.batch_put_revoke(keys)
 
     def _put(self, items: Iterable[Sequence[Any]], soft_pin: bool, hard_pin: bool,
-             mode: str) -> list[Result[None]]:
+             mode: str, wait_ms: int | None) -> list[Result[None]]:
         pins = (SOFT_PIN if check_flag(soft_pin, "soft_pin") else 0) | \
             (HARD_PIN if check_flag(hard_pin, "hard_pin") else 0)
         settings = self.settings  # read (and refreshed if due) once per call
@@ -164,10 +176,12 @@ class Index:
                                              suffix=suffix, size=size, pins=pins,
                                              replicas=pack_replicas(check_replicas(replicas))))
         check_unique([w.key for w in writes], "object key")
-        results = registration.write(self.ctx, writes, mode)
-        if self.on_no_space is not None and any(isinstance(r.error, NoSpace) for r in results):
-            self.on_no_space(self)
-        return results
+        wait_ms = settings.put_wait_ms if wait_ms is None else check_wait_ms(wait_ms)
+        results = waiting.write_waiting(
+            self.ctx, writes, wait_ms, mode,
+            on_no_space=self.on_no_space and functools.partial(self.on_no_space, self),
+            evict=None if self.ctx.options.queue_url else self.evict)
+        return self._counted(f"{mode}_start", results)
 
     def put_end(self, key: str) -> None:
         """Complete a processing object (its lease starts now, so objects nobody reads are
@@ -175,14 +189,15 @@ class Index:
         self._raise_single(self.batch_put_end([key]))
 
     def batch_put_end(self, keys: Sequence[str]) -> list[Result[None]]:
-        return objects.put_end(self.ctx, self._targets(keys))
+        return self._counted("put_end", objects.put_end(self.ctx, self._targets(keys)))
 
     def put_revoke(self, key: str) -> None:
         """Abandon this client's processing object: delete it and release its bytes."""
         self._raise_single(self.batch_put_revoke([key]))
 
     def batch_put_revoke(self, keys: Sequence[str]) -> list[Result[None]]:
-        return delete_objects(self.ctx, self._targets(keys), "revoke")
+        return self._counted("put_revoke", delete_objects(self.ctx, self._targets(keys),
+                                                          "revoke"))
 
     def get(self, key: str) -> ObjectInfo | None:
         """The object's metadata, granting a lease of lease_ttl_ms (Redis time); None if the
@@ -192,7 +207,7 @@ class Index:
 
     def batch_get(self, keys: Sequence[str]) -> list[Result[ObjectInfo]]:
         """get for many keys: one round trip, one Result per key (value None if absent)."""
-        return objects.get(self.ctx, self._targets(keys))
+        return self._counted("get", objects.get(self.ctx, self._targets(keys)))
 
     def get_replica_desc(self, key: str) -> list[Replica]:
         """Where a complete object's bytes are (Mooncake's get_replica_desc), granting a
@@ -226,7 +241,7 @@ class Index:
 
     def batch_remove(self, keys: Sequence[str], force: bool = False) -> list[Result[None]]:
         mode = "force" if check_flag(force, "force") else "remove"
-        return delete_objects(self.ctx, self._targets(keys), mode)
+        return self._counted("remove", delete_objects(self.ctx, self._targets(keys), mode))
 
     def remove_by_regex(self, pattern: str, force: bool = False) -> int:
         """Delete every object whose key matches the regular expression (searched, RE2:
@@ -275,7 +290,7 @@ class Index:
             writes.append(registration.Write(prefix_hash, prefix_hash, parent,
                                              registered=suffixes))
         check_unique([w.prefix_hash for w in writes], "prefix hash")
-        return registration.write(self.ctx, writes)
+        return self._counted("register_radix_tree_node", registration.write(self.ctx, writes))
 
     def get_node(self, prefix_hash: str) -> NodeInfo | None:
         """A node's parent, children and objects; None if there is no such node."""
@@ -365,6 +380,11 @@ class Index:
         if not self.settings.enable_radix_tree:
             raise RadixTreeDisabled(f"namespace {self.namespace!r} runs with "
                                     "enable_radix_tree=False")
+
+    def _counted(self, operation: str, results: list[Result[Any]]) -> list[Result[Any]]:
+        """The results as they are; refused items are counted for metrics (observers.py)."""
+        count_refusals(self.namespace, operation, results)
+        return results
 
     @staticmethod
     def _raise_single(results: list[Result[Any]]) -> None:

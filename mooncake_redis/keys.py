@@ -37,6 +37,17 @@ from .errors import ConfigurationError
 from .prefix import shard_of
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_NAMESPACE_MARKER = re.compile(r"([A-Za-z0-9_.-]{1,64}):(?:settings|\{[0-9a-f]{2}\}:stats)")
+
+NAMESPACE_MARKER_PATTERNS = ("*:settings", "*:{??}:stats")
+"""Globs (SCAN MATCH) for the keys that show a namespace exists: its settings, stored once
+a setting is given, and its shards' stats, written by its first write."""
+
+
+def namespace_of_marker(key: str) -> str | None:
+    """The namespace whose settings or shard stats key this is; None for any other key."""
+    found = _NAMESPACE_MARKER.fullmatch(key)
+    return found.group(1) if found else None
 
 SHARD_KEY_NAMES = ("leaves", "soft_leaves", "stats", "pending", "fences", "outbox", "events")
 """The per-shard keys, in the order every shard script receives them as KEYS[1..7]."""

@@ -1,11 +1,15 @@
 """Prometheus metrics: each namespace's capacity and tree, read from Redis at every scrape
-(the shards' exact counters: one round trip), and the eviction jobs and requests of this
-process (worker, monitor). Needs the `metrics` extra (prometheus-client)."""
+(the shards' exact counters: one round trip), how long it has been above its high
+watermark, and what this process did: eviction jobs and requests (worker, monitor),
+items refused by batch calls and script latencies (any process that counts them). Needs
+the `metrics` extra (prometheus-client)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import redis
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -17,11 +21,17 @@ from .admission import read_shards
 from .context import Context
 from .errors import MooncakeRedisError
 from .eviction import EvictionReport, job_observers
+from .observers import refusal_observers, script_observers
 
 log = logging.getLogger(__name__)
 
 JOB_SECONDS_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 600)
 """Eviction job durations: most jobs take well under a second; the RQ timeout is 600 s."""
+
+SCRIPT_SECONDS_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                          0.5, 1, 2.5)
+"""Batch round trips: a fraction of a millisecond on a quiet local Redis, more for large
+batches, a loaded server or a cluster's several segments."""
 
 
 def count_leaves(ctx: Context) -> tuple[int, int]:
@@ -37,11 +47,26 @@ def count_leaves(ctx: Context) -> tuple[int, int]:
 
 
 class NamespaceCollector(Collector):
-    """Gauges read at scrape time, so any number of exporters agree and none keeps state.
-    A namespace whose Redis does not answer is reported with mooncake_redis_up 0."""
+    """Gauges read at scrape time, so any number of exporters agree. A namespace whose Redis
+    does not answer is reported with mooncake_redis_up 0.
 
-    def __init__(self, contexts: list[Context]):
+    The one thing kept between scrapes is when this exporter first saw a namespace above its
+    high watermark (mooncake_redis_eviction_lag_seconds): Redis records no such time, so
+    two exporters started apart may differ, and a restarted one counts again from 0."""
+
+    def __init__(self, contexts: list[Context], clock: Callable[[], float] = time.monotonic):
         self.contexts = contexts
+        self.clock = clock
+        self._above_since: dict[str, float] = {}
+
+    def eviction_lag(self, namespace: str, above: bool) -> float:
+        """Seconds since the first scrape that saw the namespace above its high watermark,
+        in a run of such scrapes; 0 when below."""
+        if not above:
+            self._above_since.pop(namespace, None)
+            return 0.0
+        now = self.clock()
+        return now - self._above_since.setdefault(namespace, now)
 
     def collect(self) -> Iterator[Metric]:
         labels = ["namespace"]
@@ -59,32 +84,44 @@ class NamespaceCollector(Collector):
         leaves = GaugeMetricFamily("mooncake_redis_leaves", "nodes with objects and no "
                                    "children, in the eviction leaf index (pin: none or "
                                    "soft)", labels=["namespace", "pin"])
+        watermark = GaugeMetricFamily("mooncake_redis_high_watermark_ratio", "the "
+                                      "high_watermark setting: eviction starts when "
+                                      "used/capacity passes it", labels=labels)
+        lag = GaugeMetricFamily("mooncake_redis_eviction_lag_seconds", "how long used bytes "
+                                "have been above high_watermark x capacity, as seen at "
+                                "this exporter's scrapes (0 below it); alert when it "
+                                "stays up: eviction is not keeping up", labels=labels)
         for ctx in self.contexts:
             namespace = ctx.schema.namespace
             try:
                 shards = read_shards(ctx)
                 plain, soft = count_leaves(ctx)
-                capacity_bytes = ctx.settings.capacity_bytes
+                settings = ctx.settings
             except (redis.RedisError, RedisClusterException, MooncakeRedisError) as error:
                 log.warning("metrics: namespace %s unavailable: %s", namespace, error)
                 up.add_metric([namespace], 0)
                 continue
             up.add_metric([namespace], 1)
-            used.add_metric([namespace], sum(shard.used_bytes for shard in shards))
-            capacity.add_metric([namespace], capacity_bytes)
+            used_bytes = sum(shard.used_bytes for shard in shards)
+            used.add_metric([namespace], used_bytes)
+            capacity.add_metric([namespace], settings.capacity_bytes)
+            watermark.add_metric([namespace], settings.high_watermark)
+            lag.add_metric([namespace], self.eviction_lag(namespace, bool(
+                settings.capacity_bytes) and used_bytes > settings.high_watermark
+                * settings.capacity_bytes))
             objects.add_metric([namespace], sum(shard.objects for shard in shards))
             nodes.add_metric([namespace], sum(shard.nodes for shard in shards))
             leaves.add_metric([namespace, "none"], plain)
             leaves.add_metric([namespace, "soft"], soft)
-        yield from (up, used, capacity, objects, nodes, leaves)
+        yield from (up, used, capacity, objects, nodes, leaves, watermark, lag)
 
 
 class Exporter:
     """One registry: the namespaces' gauges, and counters of what this process did."""
 
-    def __init__(self, contexts: list[Context]):
+    def __init__(self, contexts: list[Context], clock: Callable[[], float] = time.monotonic):
         self.registry = CollectorRegistry()
-        self.registry.register(NamespaceCollector(contexts))
+        self.registry.register(NamespaceCollector(contexts, clock))
         ns = ["namespace"]
         self.jobs = Counter("mooncake_redis_eviction_jobs", "eviction jobs this process ran, "
                             "by how they stopped", ["namespace", "stopped"],
@@ -101,6 +138,14 @@ class Exporter:
         self.requests = Counter("mooncake_redis_eviction_requests", "eviction jobs this "
                                 "process enqueued (the monitor, above the high watermark)",
                                 ns, registry=self.registry)
+        self.refusals = Counter("mooncake_redis_refusals", "items refused by this process's "
+                                "batch calls, by operation and error class (NoSpace, "
+                                "ObjectLeased, ...)", ["namespace", "operation", "reason"],
+                                registry=self.registry)
+        self.script_seconds = Histogram("mooncake_redis_script_seconds", "time of the "
+                                        "batches (round trips) that carried each script, "
+                                        "once per script per batch", ["script"],
+                                        buckets=SCRIPT_SECONDS_BUCKETS, registry=self.registry)
 
     def observe_job(self, namespace: str, report: EvictionReport) -> None:
         self.jobs.labels(namespace, report.stopped).inc()
@@ -112,10 +157,27 @@ class Exporter:
     def observe_request(self, namespace: str, enqueued: int) -> None:
         self.requests.labels(namespace).inc(enqueued)
 
-    def count_jobs(self) -> None:
-        """Count every eviction job this process runs from now on."""
-        if self.observe_job not in job_observers:
-            job_observers.append(self.observe_job)
+    def observe_refusal(self, namespace: str, operation: str, reason: str) -> None:
+        self.refusals.labels(namespace, operation, reason).inc()
+
+    def observe_script(self, script: str, seconds: float) -> None:
+        self.script_seconds.labels(script).observe(seconds)
+
+    def _hooks(self) -> list[tuple[list[Any], Any]]:
+        return [(job_observers, self.observe_job), (refusal_observers, self.observe_refusal),
+                (script_observers, self.observe_script)]
+
+    def count_this_process(self) -> None:
+        """Count from now on what this process does: the eviction jobs it runs, the items
+        its batch calls refuse, the time of the batches carrying each script."""
+        for observers, observe in self._hooks():
+            if observe not in observers:
+                observers.append(observe)
+
+    def stop_counting(self) -> None:
+        for observers, observe in self._hooks():
+            if observe in observers:
+                observers.remove(observe)
 
     def text(self) -> str:
         """The exposition a scrape returns."""

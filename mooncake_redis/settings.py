@@ -74,6 +74,11 @@ class Settings:
     """An unfinished object older than this becomes evictable and its bytes reclaimable
     (Mooncake's put_start_release_timeout_sec)."""
 
+    put_wait_ms: int = 0
+    """How long put_start/batch_put_start wait, when items are refused for space, for
+    eviction to make room before they report NoSpace (their wait_ms argument overrides
+    it). 0 = refuse at once. Waiting holds the caller (docs/ARCHITECTURE.md, admission)."""
+
     eviction_lock_ttl_ms: int = 30_000
     """The one-job-per-namespace lock expires this long after its job's last round, so a
     killed worker blocks eviction no longer than this."""
@@ -129,6 +134,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "lease_ttl_ms": (0, 24 * 3600 * 1000),
     "put_start_discard_timeout_ms": (0, 24 * 3600 * 1000),
     "put_start_release_timeout_ms": (1, 7 * 24 * 3600 * 1000),
+    "put_wait_ms": (0, 60_000),
     "eviction_lock_ttl_ms": (1000, 3600 * 1000),
     "max_rounds_per_job": (1, 100_000),
     "leaves_per_round": (1, 10_000),

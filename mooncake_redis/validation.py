@@ -68,6 +68,12 @@ def check_items(items: Any, what: str, arities: tuple[int, ...]) -> list[tuple[A
     return checked
 
 
+def check_wait_ms(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgument(f"wait_ms must be None or an int >= 0, got {value!r}")
+    return int(value)
+
+
 def check_depth(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidArgument(f"max_depth must be None or an int >= 0, got {value!r}")

@@ -412,6 +412,47 @@ def test_roots_lists_the_nodes_without_a_parent_up_to_the_limit(
     assert "stopped at 1 root; use --limit" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("backend", ["redis", "cluster"])
+def test_namespaces_lists_each_namespace_with_its_usage(
+        backend: str, request: pytest.FixtureRequest,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    url = request.getfixturevalue("redis_url" if backend == "redis" else "cluster_url")
+    alpha = Index.from_url(url, namespace="alpha", capacity_bytes=1 << 20)
+    build(alpha)
+    beta = Index.from_url(url, namespace="beta.2")  # no setting given: none stored
+    beta.put_start(f"{page('x')}_0_k", 100)
+    Index.from_url(url, namespace="gamma", lease_ttl_ms=5)  # settings, no data yet
+    for key in ("x:y:settings", "x:{zz}:stats", f"x:{{ab}}:n:{A}:settings"):
+        alpha.client.hset(key, "a", "1")  # keys that only look like a namespace's: not listed
+    alpha.client.set("plain:settings", "1")  # not a hash: not a namespace's either
+    assert beta.client.hgetall("beta.2:settings") == {}
+
+    listed = json_of(capsys, 0, "--url", url, "namespaces", "--json")["namespaces"]
+    assert [item["namespace"] for item in listed] == ["alpha", "beta.2", "gamma"]
+    by_name = {item["namespace"]: item for item in listed}
+    for index in (alpha, beta):
+        usage = index.usage()
+        assert by_name[index.namespace] == {"namespace": index.namespace,
+                                            **dataclasses.asdict(usage), "ratio": usage.ratio}
+    assert by_name["alpha"]["objects"] == 3 and by_name["alpha"]["capacity_bytes"] == 1 << 20
+    assert by_name["gamma"]["objects"] == by_name["gamma"]["nodes"] == 0
+
+    assert main(["namespaces", "--url", url]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["NAMESPACE", "OBJECTS", "NODES", "USED", "CAPACITY", "USED%"]
+    assert lines[1].split() == ["alpha", "3", "3", "3.5", "KiB", "1.0", "MiB", "0.3%"]
+    assert lines[2].split() == ["beta.2", "1", "1", "100", "B", "unlimited", "-"]
+    assert not alpha.client.exists("beta.2:settings", "plain:{00}:stats")  # read only
+
+
+def test_namespaces_on_an_empty_redis_says_so(redis_url: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--url", redis_url, "namespaces"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == f"no namespace at {redis_url}\n"
+    assert json_of(capsys, 0, "--url", redis_url, "namespaces", "--json") == {"namespaces": []}
+
+
 # -- errors and URLs ---------------------------------------------------------------------
 
 
@@ -458,7 +499,8 @@ def test_redis_cli_flags_come_from_the_url_without_its_password() -> None:
 def test_help_lists_every_command() -> None:
     result = run_cli("--help")
     assert result.returncode == 0
-    for command in ("demo", "stats", "inspect", "tree", "roots", "config", "evict", "worker",
+    for command in ("demo", "stats", "inspect", "tree", "roots", "namespaces", "config",
+                    "evict", "worker",
                     "monitor", "fsck", "doctor", "metrics", "sim"):
         assert command in result.stdout
 

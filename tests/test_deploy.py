@@ -63,8 +63,9 @@ def test_the_dockerfile_installs_the_package_with_its_lua_and_workers() -> None:
               for source in shlex.split(line)[1:-1]}
     # pyproject.toml names README.md and LICENSE: the build fails without them.
     assert {"pyproject.toml", "README.md", "LICENSE", "mooncake_redis", "lua", "workers"} <= copied
-    # the metrics extra: compose starts the worker and monitor with --metrics-port
-    assert any(line.startswith("RUN pip install") and line.endswith(' ".[metrics]"')
+    # the rq and metrics extras: compose starts the worker and the monitor with
+    # --metrics-port
+    assert any(line.startswith("RUN pip install") and line.endswith(' ".[rq,metrics]"')
                for line in lines)
     assert "ENV PYTHONUNBUFFERED=1" in lines  # log lines reach `docker logs` at once
     assert 'ENTRYPOINT ["mooncake-redis"]' in lines

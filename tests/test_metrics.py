@@ -4,13 +4,19 @@ with the jobs it runs."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import os
+import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
 import redis
@@ -18,13 +24,18 @@ import rq
 from helpers import build_small_tree, page
 from mooncake_redis.workers.jobs import QUEUE_NAME, request_eviction
 from mooncake_redis.workers.monitor import watch
+from prometheus_client import make_wsgi_app
 from prometheus_client.parser import text_string_to_metric_families
 from redis_server import RedisServer, free_port
 
 from mooncake_redis import Index
 from mooncake_redis.cli import main
-from mooncake_redis.eviction import TARGET_REACHED, job_observers
+from mooncake_redis.errors import NoSpace
+from mooncake_redis.eviction import TARGET_REACHED
 from mooncake_redis.metrics import Exporter
+
+DASHBOARD = Path(__file__).resolve().parent.parent / "deploy" / "grafana" / "mooncake-redis.json"
+METRIC_NAME = re.compile(r"\bmooncake_redis_[a-z_]+")
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -83,18 +94,104 @@ def test_a_redis_that_is_down_is_up_0_not_a_failed_scrape() -> None:
     assert ("mooncake_redis_objects", (("namespace", "gone"),)) not in scraped
 
 
+@contextlib.contextmanager
+def counting(exporter: Exporter) -> Iterator[Exporter]:
+    exporter.count_this_process()
+    try:
+        yield exporter
+    finally:
+        exporter.stop_counting()
+
+
+def test_refusals_are_counted_by_operation_and_reason(redis_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="ref", capacity_bytes=256 * 4096)
+    exporter = Exporter([index.ctx])
+    a, b = f"{page('a')}_0_k", f"{page('b')}_0_k"
+    Index.from_url(redis_url, namespace="ref").put_start(a, 10)  # another writer's
+    assert not index.batch_put_start([(a, 10)])[0].ok  # before counting: not counted
+    with counting(exporter):
+        puts = index.batch_put_start([(a, 10), (b, 10), (f"{page(1)}_0_k", 1 << 20),
+                                      (f"{page(2)}_0_k", 1 << 20)])  # over a shard's 4 KiB
+        index.put_end(b)
+        index.get(b)  # a lease: remove is refused
+        removes = index.batch_remove([b])
+        ends = index.batch_put_end([f"{page('never')}_0_k"])
+        scraped = samples(exporter.text())
+    index.batch_remove([b])  # after stop_counting: not counted
+    assert samples(exporter.text()) == scraped
+    refused = [type(r.error).__name__ for r in puts + removes + ends if r.error]
+    assert refused == ["ObjectAlreadyExists", "NoSpace", "NoSpace", "ObjectLeased",
+                       "ObjectNotFound"]
+    assert isinstance(puts[2].error, NoSpace)
+    counted = {labels: count for (name, labels), count in scraped.items()
+               if name == "mooncake_redis_refusals_total"}
+    ref = ("namespace", "ref")
+    assert counted == {
+        (ref, ("operation", "put_start"), ("reason", "ObjectAlreadyExists")): 1,
+        (ref, ("operation", "put_start"), ("reason", "NoSpace")): 2,
+        (ref, ("operation", "remove"), ("reason", "ObjectLeased")): 1,
+        (ref, ("operation", "put_end"), ("reason", "ObjectNotFound")): 1,
+    }
+
+
+def test_script_latency_is_observed_per_script_while_counting(redis_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="lat")
+    exporter = Exporter([index.ctx])
+    index.put_start(f"{page('x')}_0_k", 10)  # before counting: not observed
+    with counting(exporter):
+        index.batch_put_start([(f"{page(n)}_0_k", 10) for n in range(50)])  # one batch
+        for n in range(3):
+            index.put_end(f"{page(n)}_0_k")
+        scraped = samples(exporter.text())
+
+    def count(script: str) -> float:
+        return scraped.get(("mooncake_redis_script_seconds_count", (("script", script),)), 0)
+
+    assert count("put_start") == 1 and count("put_end") == 3 and count("delete") == 0
+    assert value(scraped, "mooncake_redis_script_seconds_sum", script="put_start") > 0
+    assert value(scraped, "mooncake_redis_script_seconds_bucket", script="put_end",
+                 le="+Inf") == 3
+
+
+def test_eviction_lag_counts_from_the_first_scrape_above_the_high_watermark(
+        redis_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="lag", capacity_bytes=1 << 20, lease_ttl_ms=1)
+    build(index)  # 3840 bytes
+    now = [1000.0]
+    exporter = Exporter([index.ctx], clock=lambda: now[0])
+
+    def lag() -> float:
+        scraped = samples(exporter.text())
+        assert value(scraped, "mooncake_redis_high_watermark_ratio",
+                     namespace="lag") == index.settings.high_watermark
+        return value(scraped, "mooncake_redis_eviction_lag_seconds", namespace="lag")
+
+    assert lag() == 0
+    index.set_config(capacity_bytes=4000)  # 3840 > 0.9 x 4000
+    now[0] += 5
+    assert lag() == 0  # first seen above now
+    now[0] += 30
+    assert lag() == 30
+    index.evict()
+    assert index.usage().used_bytes <= 0.9 * 4000
+    now[0] += 10
+    assert lag() == 0
+    index.set_config(capacity_bytes=1000)  # above again: counted from this scrape
+    now[0] += 10
+    assert lag() == 0
+    now[0] += 7
+    assert lag() == 7
+
+
 def test_eviction_counters_move_with_the_jobs_this_process_runs(redis_url: str) -> None:
     index = Index.from_url(redis_url, namespace="evm", capacity_bytes=1 << 20, lease_ttl_ms=1)
     build(index)
     exporter = Exporter([index.ctx])
-    exporter.count_jobs()
-    try:
+    with counting(exporter):
         before = samples(exporter.text())
         assert ("mooncake_redis_evicted_objects_total", (("namespace", "evm"),)) not in before
         report = index.evict(target_ratio=0)
         scraped = samples(exporter.text())
-    finally:
-        job_observers.remove(exporter.observe_job)
     assert report.objects == 2  # B and D; A keeps its child C, which is still processing
     assert value(scraped, "mooncake_redis_eviction_jobs_total", namespace="evm",
                  stopped=report.stopped) == 1
@@ -178,6 +275,7 @@ def test_a_worker_with_metrics_counts_the_jobs_it_runs(
             break
         time.sleep(0.1)
     assert jobs == 1, worker.poll()
+    assert value(scraped, "mooncake_redis_script_seconds_count", script="evict") >= 1
     evicted = value(scraped, "mooncake_redis_evicted_bytes_total", namespace="wm")
     assert evicted > 0 and index.usage().used_bytes == 3840 - evicted
     assert index.usage().used_bytes <= 3200 * index.settings.eviction_target_ratio
@@ -204,3 +302,52 @@ def test_without_prometheus_client_the_command_says_what_to_install(
     monkeypatch.setitem(sys.modules, "mooncake_redis.metrics", None)  # as if not installed
     assert main(["--url", "memory://", "metrics", "--once"]) == 1
     assert "pip install 'mooncake-redis[metrics]'" in capsys.readouterr().err
+
+
+@contextlib.contextmanager
+def serving(exporter: Exporter) -> Iterator[int]:
+    """The exporter's registry over HTTP, as Exporter.serve does, stopped afterwards (a
+    server thread left behind would make later forking tests warn)."""
+    server = make_server("127.0.0.1", 0, make_wsgi_app(exporter.registry),
+                         handler_class=QuietHandler)
+    thread = threading.Thread(target=server.serve_forever)
+    thread.start()
+    try:
+        yield server.server_port
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+class QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def dashboard_queries() -> list[str]:
+    """Every PromQL expression of the Grafana dashboard: panel targets and variables."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    queries = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    assert all(panel["targets"] for panel in dashboard["panels"])
+    return queries + [variable["definition"] for variable in dashboard["templating"]["list"]
+                      if variable["type"] == "query"]
+
+
+def test_every_metric_the_dashboard_queries_is_served(redis_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="dash", capacity_bytes=256 * 4096,
+                           lease_ttl_ms=1)
+    build(index)
+    exporter = Exporter([index.ctx])
+    with counting(exporter):  # make every counter and histogram hold a sample
+        assert not index.batch_put_start([(f"{page(1)}_0_k", 1 << 20)])[0].ok
+        index.evict(target_ratio=0)
+        exporter.observe_request("dash", 1)
+    with serving(exporter) as port:
+        scraped = scrape(port)
+    served = {name for name, _ in scraped}
+    queried = {name for query in dashboard_queries() for name in METRIC_NAME.findall(query)}
+    assert len(queried) > 10 and not queried - served, sorted(queried - served)
+    families = {family.name for family in exporter.registry.collect()}
+    shown = {family for family in families if any(name.startswith(family) for name in queried)}
+    assert families == shown, sorted(families - shown)  # every metric has a panel

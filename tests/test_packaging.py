@@ -3,6 +3,7 @@ built without deprecation warnings and carries its license and metadata."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import venv
@@ -11,6 +12,7 @@ from email.parser import Parser
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+REPOSITORY = "https://github.com/mooncake-redis/mooncake-redis"
 
 SMOKE = """
 import mooncake_redis, pathlib, sys
@@ -38,6 +40,10 @@ def test_wheel_in_a_fresh_venv_runs_the_scripts(tmp_path: Path) -> None:
         (license_name,) = [name for name in names if name.endswith("/licenses/LICENSE")]
         assert "Apache License" in archive.read(license_name).decode()
     assert metadata["License-Expression"] == "Apache-2.0"
+    assert f"Homepage, {REPOSITORY}" in metadata.get_all("Project-URL")
+    assert f"Changelog, {REPOSITORY}/blob/main/CHANGELOG.md" in metadata.get_all("Project-URL")
+    assert "Provides-Extra: rq" in str(metadata) and "Requires-Dist: rq>=1.16; extra == \"rq\"" \
+        in str(metadata)
     assert "Typing :: Typed" in metadata.get_all("Classifier")
     venv.create(tmp_path / "venv", with_pip=True)
     python = tmp_path / "venv" / "bin" / "python"
@@ -47,6 +53,33 @@ def test_wheel_in_a_fresh_venv_runs_the_scripts(tmp_path: Path) -> None:
                             cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
-    cli = subprocess.run([str(tmp_path / "venv" / "bin" / "mooncake-redis"), "--help"],
-                         capture_output=True, text=True, timeout=120)
+    command = str(tmp_path / "venv" / "bin" / "mooncake-redis")
+    cli = subprocess.run([command, "--help"], capture_output=True, text=True, timeout=120)
     assert "demo" in cli.stdout
+    # `pip install mooncake-redis && mooncake-redis demo` works without the extras ...
+    assert subprocess.run([str(python), "-c", "import rq"], capture_output=True).returncode
+    demo = subprocess.run([command, "demo", "--conversations", "1", "--turns", "2"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert demo.returncode == 0, demo.stderr
+    # ... and the worker says which extra it needs
+    worker = subprocess.run([command, "worker", "--url", "memory://"], capture_output=True,
+                            text=True, cwd=tmp_path, timeout=120)
+    assert worker.returncode == 1
+    assert "pip install 'mooncake-redis[rq]'" in worker.stderr
+
+
+def test_pdoc_writes_the_api_reference_with_the_index_page(tmp_path: Path) -> None:
+    """What scripts/api_docs.sh runs, in process: the page of the package documents Index
+    and its methods from their docstrings."""
+    import pdoc
+
+    script = (ROOT / "scripts" / "api_docs.sh").read_text()
+    modules = re.findall(r"mooncake_redis[\w.]*", script.split('"$@"', 1)[1])
+    assert modules == ["mooncake_redis", "mooncake_redis.metrics"]
+    pdoc.pdoc(*modules, output_directory=tmp_path)
+    page = (tmp_path / "mooncake_redis.html").read_text()
+    assert 'id="Index"' in page and 'id="Index.batch_put_start"' in page
+    assert "one Result per item" in page and "wait_ms" in page  # docstrings, as written
+    assert 'id="Exporter.count_this_process"' in (tmp_path / "mooncake_redis" /
+                                                  "metrics.html").read_text()
+    assert (tmp_path / "index.html").exists()

@@ -24,6 +24,7 @@ from helpers import assert_consistent, page
 from mooncake_redis.workers.jobs import (
     ENV_QUEUE_URL,
     QUEUE_NAME,
+    RQ_MISSING,
     eviction_job,
     eviction_queue,
     request_eviction,
@@ -32,7 +33,8 @@ from mooncake_redis.workers.monitor import watch
 from mooncake_redis.workers.worker import run_worker
 from redis_server import RedisServer
 
-from mooncake_redis import Index, NoSpace
+from mooncake_redis import ConfigurationError, Index, NoSpace
+from mooncake_redis.cli import main
 from mooncake_redis.eviction import LOCK_HELD, ROUND_LIMIT
 from mooncake_redis.settings import ENV_URL
 
@@ -170,6 +172,38 @@ def test_the_monitor_rides_out_a_redis_restart(restartable_redis: RedisServer,
         assert len(queue(queue_url)) == 1
     finally:
         restarted.stop()
+
+
+@pytest.mark.usefixtures("worker_environment")
+def test_a_put_with_a_wait_is_written_once_the_worker_has_evicted(
+        redis_url: str, queue_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="full-wait", queue_url=queue_url)
+    roots(index, 2000)
+    index.set_config(capacity_bytes=20_000)  # as above: every shard at its limit
+    one_more = f"{page('one-more')}_0_k"
+    outcome: list[BaseException | None] = []
+
+    def put() -> None:
+        try:
+            index.put_start(one_more, 10, wait_ms=120_000)  # a liveness bound
+            outcome.append(None)
+        except BaseException as error:
+            outcome.append(error)
+
+    waiting = threading.Thread(target=put)
+    waiting.start()
+    deadline = time.monotonic() + 60
+    while not len(queue(queue_url)) and time.monotonic() < deadline:  # the refusal's job
+        time.sleep(0.01)
+    assert not outcome and index.object_info(one_more) is None  # waiting: with a queue,
+    # the call runs no eviction job itself
+    # unforked: forking beside the waiting thread could copy a lock it holds
+    run_worker(queue_url, burst=True, logging_level="WARNING", in_process=True)
+    waiting.join(timeout=120)
+    assert outcome == [None]
+    assert index.object_info(one_more) is not None
+    assert index.usage().used_bytes <= 17_000 + 10
+    assert_consistent(index)
 
 
 @pytest.mark.usefixtures("worker_environment")
@@ -359,3 +393,23 @@ def test_the_monitor_logs_while_it_runs_and_stops_cleanly_on_sigterm(
     assert "monitor stopped: 1 eviction job enqueued" in err
     assert out == "1 eviction job enqueued\n"
     assert len(queue(queue_url)) == 1
+
+
+def test_without_rq_the_worker_paths_say_what_to_install(
+        redis_url: str, queue_url: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "rq", None)  # as if the rq extra were not installed
+    for command in ("worker", "monitor"):
+        assert main(["--url", redis_url, command, "--burst" if command == "worker"
+                     else "--iterations=1"]) == 1
+        err = capsys.readouterr().err
+        assert err == f"error: `{command}`: {RQ_MISSING}\n"
+    index = Index.from_url(redis_url, namespace="no-rq", queue_url=queue_url,
+                           capacity_bytes=256 * 10)
+    with pytest.raises(ConfigurationError, match=r"pip install 'mooncake-redis\[rq\]'"):
+        index.put_start(f"{page('big')}_0_k", 100)  # refused for space: the enqueue needs rq
+    with pytest.raises(ConfigurationError, match=r"pip install 'mooncake-redis\[rq\]'"):
+        run_worker(queue_url, burst=True)
+    index.set_config(capacity_bytes=0)
+    index.put_start(f"{page('big')}_0_k", 100)  # without a refusal rq is never needed
+    assert index.object_info(f"{page('big')}_0_k") is not None

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict
-from typing import Any
-
-import rq
+from typing import TYPE_CHECKING, Any
 
 from mooncake_redis.connection import connect
 from mooncake_redis.context import Context
 from mooncake_redis.errors import ConfigurationError
 from mooncake_redis.eviction import Evictor
 from mooncake_redis.settings import DEFAULT_URL, ENV_PREFIX, ENV_URL
+
+if TYPE_CHECKING:
+    import rq
 
 QUEUE_NAME = "mooncake-redis-eviction"
 ENV_QUEUE_URL = ENV_PREFIX + "QUEUE_URL"
@@ -27,11 +28,25 @@ next request for more than this."""
 JOB_TIMEOUT_S = 600
 
 
+RQ_MISSING = ("rq is not installed: pip install 'mooncake-redis[rq]' for eviction in RQ "
+              "workers (without it, Index.evict, `mooncake-redis evict` and put_start's "
+              "wait_ms evict in process)")
+
+
+def import_rq() -> Any:
+    """The rq module (the `rq` extra), or a ConfigurationError that says what to install."""
+    try:
+        import rq
+    except ImportError:
+        raise ConfigurationError(RQ_MISSING) from None
+    return rq
+
+
 def eviction_queue(queue_url: str) -> rq.Queue:
     if not queue_url:
         raise ConfigurationError(f"no eviction queue: set {ENV_QUEUE_URL} (e.g. "
                                  "redis://localhost:6379/1) to run eviction in RQ workers")
-    return rq.Queue(QUEUE_NAME, connection=connect(queue_url, decode_responses=False))
+    return import_rq().Queue(QUEUE_NAME, connection=connect(queue_url, decode_responses=False))
 
 
 def request_eviction(ctx: Context, target_ratio: float | None = None,

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-import rq
-
-from .jobs import eviction_queue
+from .jobs import eviction_queue, import_rq
 
 
 def run_worker(queue_url: str, burst: bool = False, logging_level: str = "INFO",
@@ -16,6 +14,7 @@ def run_worker(queue_url: str, burst: bool = False, logging_level: str = "INFO",
     worker that counts its jobs in metrics (in_process: a forked job's counters would die
     with it)."""
     queue = eviction_queue(queue_url)
+    rq = import_rq()
     forks = not in_process and urlsplit(queue_url).scheme != "memory"
     worker_class = rq.Worker if forks else rq.SimpleWorker
     worker = worker_class([queue], connection=queue.connection)

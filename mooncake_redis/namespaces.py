@@ -1,0 +1,40 @@
+"""Which namespaces a Redis holds, and how full each is (the `namespaces` command): a SCAN
+on every primary for the keys that mark a namespace, then each one's shard counters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .admission import usage
+from .context import Context
+from .keys import NAMESPACE_MARKER_PATTERNS, namespace_of_marker
+from .matching import SCAN_COUNT, primaries
+from .models import Usage
+
+
+@dataclass(frozen=True)
+class NamespaceUsage:
+    namespace: str
+    usage: Usage
+
+
+def find_namespaces(client: Any) -> list[str]:
+    """The names of the namespaces with stored settings or any shard stats (written by a
+    namespace's first write), both hashes, sorted. Reads only: SCAN MATCH TYPE hash on
+    every primary."""
+    found: set[str] = set()
+    for node in primaries(client):
+        for pattern in NAMESPACE_MARKER_PATTERNS:
+            for key in node.scan_iter(match=pattern, count=SCAN_COUNT, _type="hash"):
+                name = namespace_of_marker(key)
+                if name is not None:
+                    found.add(name)
+    return sorted(found)
+
+
+def namespace_usages(client: Any) -> list[NamespaceUsage]:
+    """Every namespace found, with its usage (one round trip per namespace, per node on a
+    cluster); opened read-only, so nothing is written."""
+    return [NamespaceUsage(name, usage(Context.open(client, name, read_only=True)))
+            for name in find_namespaces(client)]

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The quick subset of the tests (about 1.5 min a version on 2 cores) on every supported
+# Python found on this machine, oldest to newest, each in its own venv
+# (.venv-python3.X). CI (.ci/run) runs the whole suite on one Python; run this before a
+# release, or after touching anything version-sensitive (typing, dataclasses, packaging).
+# A version not installed is reported and skipped; the exit code is non-zero if any run
+# failed. Pythons are looked up as python3.X on PATH, under pyenv
+# ($PYENV_ROOT/versions/3.X.*), and through `uv python find`.
+# Usage: scripts/test_pythons.sh [VERSION...]   (default: 3.10 3.11 3.12 3.13)
+# Extra pytest arguments: PYTEST_ARGS="-x" scripts/test_pythons.sh
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+ensure_redis_server
+cd "$ROOT"
+
+QUICK=(tests/test_keys.py tests/test_settings.py tests/test_prefix.py tests/test_scripts.py
+       tests/test_objects.py tests/test_radix.py tests/test_eviction.py tests/test_fsck.py
+       tests/test_model.py tests/test_bad_input.py tests/test_security.py tests/test_doctor.py
+       tests/test_cli.py tests/test_metrics.py tests/test_workers.py
+       tests/test_admission_wait.py tests/test_imports.py)
+
+find_python() {
+  local version="$1" candidate
+  for candidate in "python$version" \
+      "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$version".*/bin/"python$version"; do
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c "" >/dev/null 2>&1; then
+      command -v "$candidate"
+      return
+    fi
+  done
+  if command -v uv >/dev/null 2>&1; then
+    uv python find "$version" 2>/dev/null || true
+  fi
+}
+
+versions=("$@")
+[ ${#versions[@]} -gt 0 ] || versions=(3.10 3.11 3.12 3.13)
+summary=()
+status=0
+for version in "${versions[@]}"; do
+  python="$(find_python "$version")"
+  if [ -z "$python" ]; then
+    summary+=("python$version: not installed, skipped")
+    continue
+  fi
+  VENV="$ROOT/.venv-python$version" PYTHON="$python" ensure_venv test
+  echo "== python$version ($python)" >&2
+  if "$ROOT/.venv-python$version/bin/python" -m pytest -q -p no:cacheprovider \
+      ${PYTEST_ARGS:-} "${QUICK[@]}"; then
+    summary+=("python$version: passed")
+  else
+    summary+=("python$version: FAILED")
+    status=1
+  fi
+done
+printf '%s\n' "${summary[@]}"
+exit "$status"

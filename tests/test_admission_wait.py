@@ -1,0 +1,98 @@
+"""put_start's admission wait on a real redis-server: a store full of evictable objects
+refuses a put at once without a wait, and with one (argument or setting) makes room by
+running an eviction job in the waiting call when no queue is configured."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from helpers import assert_consistent
+
+from mooncake_redis import Index, InvalidArgument, NoSpace
+
+SHARD_SHARE = 1000
+"""Capacity per shard: 256 x this in all."""
+
+
+@pytest.fixture(autouse=True)
+def no_index_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("MOONCAKE_REDIS_"):
+            monkeypatch.delenv(name)
+
+
+def in_shard(shard: int, name: str) -> str:
+    """An object key whose page hash lies in the given shard."""
+    return f"{shard:02x}{name.encode().hex():0<62}"[:64] + "_0_k"
+
+
+def full_store(redis_url: str, **settings: object) -> Index:
+    """Every shard holds one complete, evictable object of 950 bytes: 95% of capacity,
+    above the high watermark, and 50 bytes left in each shard's share. An eviction job
+    frees down to 85% and its keeper gives each shard its usage plus 1/256 of the free
+    space: 150 bytes more."""
+    index = Index.from_url(redis_url, namespace="wait", capacity_bytes=256 * SHARD_SHARE,
+                           lease_ttl_ms=1, **settings)
+    keys = [in_shard(shard, "old") for shard in range(256)]
+    index.batch_put_start([(key, 950) for key in keys])
+    index.batch_put_end(keys)
+    assert index.usage().used_bytes == 256 * 950
+    return index
+
+
+def test_without_a_wait_a_full_store_refuses_at_once_and_evicts_nothing(
+        redis_url: str) -> None:
+    index = full_store(redis_url)
+    new = in_shard(0, "new")
+    with pytest.raises(NoSpace):
+        index.put_start(new, 100)
+    assert index.object_info(new) is None
+    assert index.usage().objects == 256  # no queue, no wait: nothing evicts
+
+
+def test_with_a_wait_the_put_runs_an_eviction_job_and_succeeds(redis_url: str) -> None:
+    index = full_store(redis_url)
+    new = in_shard(0, "new")
+    index.put_start(new, 100, wait_ms=10_000)
+    info = index.object_info(new)
+    assert info is not None and info.size == 100 and info.state == "processing"
+    usage = index.usage()
+    target = index.settings.eviction_target_ratio * usage.capacity_bytes
+    evicted = 256 - (usage.objects - 1)
+    assert evicted > 0 and usage.used_bytes == (256 - evicted) * 950 + 100
+    assert usage.used_bytes - 100 <= target  # the job ran down to its target
+    assert_consistent(index)
+
+
+def test_the_setting_gives_the_wait_and_only_refused_items_are_sent_again(
+        redis_url: str) -> None:
+    index = full_store(redis_url, put_wait_ms=10_000)
+    other_writer = Index.from_url(redis_url, namespace="wait")
+    taken = in_shard(7, "taken")
+    other_writer.put_start(taken, 10)
+    assert index.settings.put_wait_ms == 10_000
+    results = index.batch_put_start([(in_shard(1, "small"), 10), (in_shard(2, "big"), 100),
+                                     (taken, 10)])
+    assert [type(r.error).__name__ for r in results] == ["NoneType", "NoneType",
+                                                         "ObjectAlreadyExists"]
+    assert index.object_info(taken).token == other_writer.ctx.token  # type: ignore[union-attr]
+    assert index.object_info(in_shard(2, "big")) is not None
+    assert_consistent(index)
+
+
+def test_a_put_that_cannot_fit_still_reports_no_space_after_the_wait(redis_url: str) -> None:
+    index = full_store(redis_url)
+    too_big = in_shard(3, "huge")
+    with pytest.raises(NoSpace):  # bigger than the whole capacity: no eviction helps
+        index.put_start(too_big, 256 * SHARD_SHARE + 1, wait_ms=50)
+    assert index.object_info(too_big) is None
+    assert index.usage().used_bytes <= index.settings.eviction_target_ratio * 256 * SHARD_SHARE
+
+
+def test_wait_ms_must_be_a_non_negative_int(redis_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="bad-wait")
+    for wrong in (-1, 1.5, True, "10"):
+        with pytest.raises(InvalidArgument, match="wait_ms"):
+            index.put_start(in_shard(0, "x"), 1, wait_ms=wrong)  # type: ignore[arg-type]
+    assert index.usage().objects == 0
