@@ -1,5 +1,6 @@
 """The `mooncake-redis` command: demo, stats, inspect, tree, roots (and the commands that live
-beside the modules they drive: config_cli, eviction_cli, maintenance_cli, sim.cli).
+beside the modules they drive: config_cli, eviction_cli, maintenance_cli, ingest.cli,
+sim.cli).
 
 Conventions, as rq, celery and redis-cli follow them: the global options (--url,
 --namespace) are accepted before or after the command; `--version`; `python -m
@@ -296,11 +297,12 @@ def extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Commands that live beside the modules they drive."""
     from .config_cli import register as register_config
     from .eviction_cli import register as register_eviction
+    from .ingest.cli import register as register_ingest
     from .maintenance_cli import register as register_maintenance
     from .metrics_cli import register as register_metrics
 
     return [register_config, register_eviction, register_maintenance, register_metrics,
-            register_sim]
+            register_ingest, register_sim]
 
 
 def register_sim(subparsers: argparse._SubParsersAction) -> None:
