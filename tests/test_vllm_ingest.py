@@ -151,6 +151,7 @@ def test_stored_blocks_form_the_chain_with_one_object_per_pod(index: Index) -> N
     info = index.object_info(object_key(prefix_hash_of(CHAIN[0]), "pod-a"))
     assert info is not None and (info.size, info.state, info.hard_pin) == (0, "complete", True)
     assert index.usage().objects == 7 and index.usage().used_bytes == 0
+    assert index.client.smembers(index.ctx.schema.pod_holders) == {"pod-a", "pod-b"}
     assert pods_for_prefix(index, CHAIN) == [("pod-a", 5), ("pod-b", 2)]
     assert pods_for_prefix(index, [999, *CHAIN]) == []  # a run starts at the first block
     assert pods_for_prefix(index, CHAIN[1:]) == [("pod-a", 4), ("pod-b", 1)]
@@ -196,6 +197,7 @@ def test_other_media_are_other_holders(index: Index) -> None:
     assert pod_objects(index, CHAIN[0]) == {"o:_pod_pod-a", "o:_pod_pod-a@CPU"}
     apply(pod, removed(CHAIN[:2], medium="GPU"))
     assert pods_for_prefix(index, CHAIN) == [("pod-a@CPU", 3)]
+    assert index.client.smembers(index.ctx.schema.pod_holders) == {"pod-a", "pod-a@CPU"}
     apply(pod, AllBlocksCleared())
     assert index.usage().objects == 0 and node(index, CHAIN[0]) == {}
 

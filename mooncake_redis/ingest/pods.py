@@ -9,6 +9,9 @@ not for bytes in the store, so it takes no capacity and never sets off eviction;
 hard-pinned, because only the engine knows when the block goes (BlockRemoved,
 AllBlocksCleared), so eviction must never drop it.
 
+Every holder is named once in the namespace's holder set (keys.py: `<ns>:pods`), so the
+query asks each node of a chain for those fields only, never for its children.
+
 Writes go through the Index's path A: one batch_put_start per KV event batch, each item
 carrying its parent hash (the link is written with the first object of a node, or again,
 harmlessly, by every pod), then one batch_put_end. Path B (register_radix_tree_node)
@@ -37,8 +40,8 @@ _MEDIUM = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,31}")
 DEFAULT_MEDIA = (None, "GPU")
 """Media recorded under the bare pod name."""
 PROBE = 32
-"""pods_for_prefix reads this many leading blocks first (their whole nodes), the rest only
-for pods that hold all of them."""
+"""pods_for_prefix reads this many leading blocks first, the rest only for the holders of
+all of them."""
 
 
 def check_pod_name(pod: str) -> str:
@@ -102,6 +105,7 @@ class PodWriter:
     def __init__(self, index: Index, pod: str):
         self.index = index
         self.pod = check_pod_name(pod)
+        self._registered: set[str] = set()
         sample = prefix_hash_of(0)
         if not index.ctx.extractor.is_hash(sample):
             raise ConfigurationError(
@@ -123,6 +127,7 @@ class PodWriter:
                 else:
                     self._refused(result, applied)
         if changes.stores:
+            self._register({key.partition(POD_MARK)[2] for key in changes.stores})
             started = []
             items = [(key, 0, parent) for key, parent in changes.stores.items()]
             for result in self.index.batch_put_start(items, hard_pin=True):
@@ -146,6 +151,13 @@ class PodWriter:
         pod = self.pod.replace(".", r"\.")
         return self.index.remove_by_regex(rf"^[0-9a-f]{{64}}{POD_MARK}{pod}(@[A-Za-z0-9.-]+)?$",
                                           force=True)
+
+    def _register(self, holders: set[str]) -> None:
+        """Name new holders in the namespace's holder set (once per process and holder)."""
+        new = holders - self._registered
+        if new:
+            self.index.client.sadd(self.index.ctx.schema.pod_holders, *sorted(new))
+            self._registered |= new
 
     def _net_changes(self, batch: EventBatch) -> _Changes:
         """Only the last event on each object counts, and nothing before the last
@@ -180,32 +192,27 @@ class PodWriter:
 def pods_for_prefix(index: Index, block_hashes: Sequence[BlockHash]) -> list[tuple[str, int]]:
     """For a chain of vLLM block hashes (first block first), every holder (pod, or
     pod@medium) of its first block with the number of leading blocks it holds, longest
-    first (ties by name). At most two round trips: the first PROBE nodes whole, then the
-    rest of the chain only for holders of all of those."""
+    first (ties by name). At most three round trips: the holder set, then one HMGET of the
+    holders' fields per node for the first PROBE blocks, then for the rest of the chain
+    only for holders of all of those. Fields are asked by name, so a node with thousands
+    of children (where prompts diverge after a shared system prompt) costs no more than
+    any other."""
     if isinstance(block_hashes, (str, bytes)):
         raise InvalidArgument("pods_for_prefix takes a sequence of block hashes, not one; "
                               "wrap it in a list")
     chain = [prefix_hash_of(h) for h in block_hashes]
     ctx = index.ctx
+    alive = set(_unwrap(ctx.read("SMEMBERS", ctx.schema.pod_holders)))
     runs: dict[str, int] = {}
-    batch = ctx.batch()
-    for prefix_hash in chain[:PROBE]:
-        batch.command("HKEYS", ctx.schema.node(prefix_hash))
-    alive: set[str] | None = None
-    for depth, names in enumerate(batch.execute(), start=1):
-        held = {name[len(_FIELD_MARK):] for name in _unwrap(names)
-                if name.startswith(_FIELD_MARK)}
-        alive = held if alive is None else alive & held
-        if not alive:
+    for start, end in ((0, PROBE), (PROBE, len(chain))):
+        if not alive or start >= end:
             break
-        runs.update(dict.fromkeys(alive, depth))
-    if alive and len(chain) > PROBE:
         asked = sorted(alive)
         batch = ctx.batch()
-        for prefix_hash in chain[PROBE:]:
+        for prefix_hash in chain[start:end]:
             batch.command("HMGET", ctx.schema.node(prefix_hash),
                           *(_FIELD_MARK + holder for holder in asked))
-        for depth, values in enumerate(batch.execute(), start=PROBE + 1):
+        for depth, values in enumerate(batch.execute(), start=start + 1):
             alive &= {h for h, value in zip(asked, _unwrap(values)) if value is not None}
             if not alive:
                 break
