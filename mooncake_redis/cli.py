@@ -1,6 +1,6 @@
 """The `mooncake-redis` command: demo, stats, inspect, tree, roots, namespaces (and the
 commands that live beside the modules they drive: config_cli, eviction_cli, events_cli,
-maintenance_cli, segments_cli, sim.cli).
+ingest.cli, maintenance_cli, segments_cli, sim.cli).
 
 Conventions, as rq, celery and redis-cli follow them: the global options (--url,
 --namespace) are accepted before or after the command; `--version`; `python -m
@@ -329,12 +329,13 @@ def extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     from .config_cli import register as register_config
     from .events_cli import register as register_events
     from .eviction_cli import register as register_eviction
+    from .ingest.cli import register as register_ingest
     from .maintenance_cli import register as register_maintenance
     from .metrics_cli import register as register_metrics
     from .segments_cli import register as register_segments
 
-    return [register_config, register_eviction, register_events, register_maintenance,
-            register_metrics, register_segments, register_sim]
+    return [register_config, register_eviction, register_events, register_ingest,
+            register_maintenance, register_metrics, register_segments, register_sim]
 
 
 def register_sim(subparsers: argparse._SubParsersAction) -> None:

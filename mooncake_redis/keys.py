@@ -120,6 +120,12 @@ class KeySchema:
     def eviction_requested(self) -> str:
         return f"{self.namespace}:eviction_requested"
 
+    @property
+    def pod_holders(self) -> str:
+        """SET of the holders (pods, pod@medium) vLLM ingesters have recorded blocks for
+        (mooncake_redis.ingest.pods): what a query asks each node about."""
+        return f"{self.namespace}:pods"
+
     def pattern(self) -> str:
         """A glob that matches every key of the namespace (for ACLs and redis-cli --scan)."""
         return f"{self.namespace}:*"

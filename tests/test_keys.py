@@ -27,6 +27,7 @@ def test_key_schema_is_pinned() -> None:
                                "outbox", "events")
     assert schema.settings == "mc:settings"
     assert schema.eviction_lock == "mc:eviction_lock"
+    assert schema.pod_holders == "mc:pods"
     assert schema.eviction_requested == "mc:eviction_requested"
     assert schema.pattern() == "mc:*"
     assert schema.node_pattern() == "mc:{??}:n:*"

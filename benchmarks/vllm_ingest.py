@@ -1,0 +1,95 @@
+"""The vLLM ingester: blocks ingested per second by one process, and pods_for_prefix
+latency with N blocks stored.
+
+Run: `python -m benchmarks.vllm_ingest --blocks 100000` (its own redis-server on a free
+port). Each KV event batch carries one BlockStored of 16 blocks, as an engine step that
+fills 16 blocks of 16 tokens does, encoded as vLLM encodes it (msgspec-compatible msgpack,
+int block hashes) and timed from payload bytes to the tree: decode + put_start + put_end.
+Requests are chains of 64 blocks (1,024 tokens) under a shared 4-block system prompt,
+spread over 8 pods; each pod stores every chain of its share. The query asks for whole
+chains (64 blocks: the 32-node probe, then the second round trip) and for 16-block ones.
+Not run by `python -m benchmarks`; docs/BENCHMARKS.md has the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+import msgpack
+
+from mooncake_redis.ingest.pods import PodWriter, pods_for_prefix
+from mooncake_redis.ingest.vllm_events import decode_batch
+
+from .common import bench_server, latency, open_index
+
+BLOCKS_PER_EVENT = 16
+CHAIN_BLOCKS = 64
+SYSTEM_PROMPT_BLOCKS = 4
+PODS = 8
+
+
+def payload(hashes: list[int], parent: int | None) -> bytes:
+    """A KVEventBatch as vLLM 0.33 encodes it: [ts, [tagged map], dp rank]."""
+    event = {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,
+             "token_ids": list(range(16 * len(hashes))), "block_size": 16, "lora_id": None,
+             "medium": "GPU", "lora_name": None}
+    return msgpack.packb([time.time(), [event], 0])
+
+
+def chains(count: int, rng: random.Random) -> tuple[list[int], list[list[int]]]:
+    system = [rng.getrandbits(64) for _ in range(SYSTEM_PROMPT_BLOCKS)]
+    return system, [[rng.getrandbits(64) for _ in range(CHAIN_BLOCKS - SYSTEM_PROMPT_BLOCKS)]
+                    for _ in range(count)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--blocks", type=int, default=100_000, help="blocks to store")
+    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    per_chain = CHAIN_BLOCKS - SYSTEM_PROMPT_BLOCKS
+    system, bodies = chains(max(1, args.blocks // per_chain), rng)
+    with bench_server() as server:
+        index = open_index(server, namespace="vllm")
+        writers = [PodWriter(index, f"pod-{p}") for p in range(PODS)]
+        for writer in writers:
+            writer.apply(decode_batch(payload(system, None)))
+        batches = []
+        for number, body in enumerate(bodies):
+            parent = system[-1]
+            for start in range(0, len(body), BLOCKS_PER_EVENT):
+                hashes = body[start:start + BLOCKS_PER_EVENT]
+                batches.append((writers[number % PODS], payload(hashes, parent)))
+                parent = hashes[-1]
+        began = time.perf_counter()
+        for writer, data in batches:
+            writer.apply(decode_batch(data))
+        seconds = time.perf_counter() - began
+        blocks = len(bodies) * per_chain
+        usage = index.usage()
+        print(f"ingest: {blocks:,} blocks in {len(batches):,} batches of {BLOCKS_PER_EVENT} "
+              f"(at most) in {seconds:.1f} s = {blocks / seconds:,.0f} blocks/s, "
+              f"{len(batches) / seconds:,.0f} batches/s (one process); tree: "
+              f"{usage.nodes:,} nodes, {usage.objects:,} objects")
+        for length in (CHAIN_BLOCKS, 16):
+            samples = []
+            for _ in range(args.queries):
+                number = rng.randrange(len(bodies))
+                chain = (system + bodies[number])[:length]
+                began = time.perf_counter()
+                runs = pods_for_prefix(index, chain)
+                samples.append(time.perf_counter() - began)
+                if runs[0] != (f"pod-{number % PODS}", length):
+                    raise AssertionError(f"chain {number}: {runs[:2]}")
+            stats = latency(samples)
+            print(f"pods_for_prefix, {length}-block chains: p50 {stats['p50_ms']:.2f} ms, "
+                  f"p99 {stats['p99_ms']:.2f} ms ({stats['samples']} queries, "
+                  f"{usage.objects:,} objects stored)")
+
+
+if __name__ == "__main__":
+    main()

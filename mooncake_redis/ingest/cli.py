@@ -1,0 +1,154 @@
+"""The `ingest` command (follow a vLLM engine's KV events for one pod) and the `pods`
+command (which pods hold the longest leading run of a chain of block hashes)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import re
+import signal
+import sys
+import threading
+
+import blake3
+
+from ..cli_support import FINDING, OK, add_json_option, at_least, fail, open_index, print_json
+from ..logs import LEVELS, configure_logging
+
+log = logging.getLogger("mooncake_redis.ingest")
+
+EXTRA_MODULES = {"zmq": "pyzmq", "msgpack": "msgpack"}
+
+
+def missing_extra() -> str | None:
+    """What the vllm extra lacks, as an error message; None if it is installed."""
+    missing = [package for module, package in EXTRA_MODULES.items()
+               if importlib.util.find_spec(module) is None]
+    if not missing:
+        return None
+    return (f"this command needs {' and '.join(missing)}, which "
+            f"{'is' if len(missing) == 1 else 'are'} not installed: "
+            "pip install 'mooncake-redis[vllm]'")
+
+
+def zmq_endpoint(text: str) -> str:
+    if not re.fullmatch(r"(tcp|ipc|inproc)://\S+", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a ZMQ endpoint such as "
+                                         "tcp://host:5557")
+    return text
+
+
+def block_hash(text: str) -> bytes | int:
+    """A block hash as vLLM publishes it: 64 hex digits (sha256 bytes, or a prefix hash
+    this package made), a decimal integer (vLLM's default int form), or 0x and hex digits
+    (bytes of another length)."""
+    if re.fullmatch(r"[0-9a-fA-F]{64}", text):
+        return bytes.fromhex(text)
+    if re.fullmatch(r"-?[0-9]+", text):
+        return int(text)
+    if re.fullmatch(r"0x([0-9a-fA-F]{2})+", text):
+        return bytes.fromhex(text[2:])
+    raise argparse.ArgumentTypeError(f"{text!r} is not a block hash: give 64 hex digits, a "
+                                     "decimal integer, or 0x and an even number of hex digits")
+
+
+def writer_token(pod: str) -> str:
+    """The same writer token for every run of one pod's ingester, so a restarted ingester
+    finishes the puts the last one started instead of meeting them as another writer's."""
+    return "v" + blake3.blake3(pod.encode()).hexdigest()[:9]
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    missing = missing_extra()
+    if missing:
+        return fail(missing)
+    from .feed import Feed
+    from .ingester import Ingester
+    from .pods import PodWriter, check_pod_name
+
+    check_pod_name(args.pod)
+    configure_logging(args.log_level)
+    index = open_index(args, token=writer_token(args.pod))
+    writer = PodWriter(index, args.pod)
+    if args.reset:
+        log.info("--reset: removed %d objects of pod %s", writer.clear(), args.pod)
+    feed = Feed(args.zmq, args.topic, args.replay, args.replay_timeout)
+    ingester = Ingester(feed, writer, args.log_every)
+    stop = threading.Event()
+    stopping = (signal.SIGTERM, signal.SIGINT)
+    previous = [signal.signal(number, lambda number, frame: stop.set()) for number in stopping]
+    log.info("ingesting KV events of pod %s from %s (replay: %s) into namespace %r",
+             args.pod, args.zmq, args.replay or "none", index.namespace)
+    try:
+        ingester.run(stop, args.max_batches)
+    finally:
+        for number, handler in zip(stopping, previous):
+            signal.signal(number, handler)
+        feed.close()
+        index.close()
+    log.info("stopped: %s", ingester.summary())
+    return OK
+
+
+def cmd_pods(args: argparse.Namespace) -> int:
+    missing = missing_extra()
+    if missing:
+        return fail(missing)
+    from .pods import pods_for_prefix
+
+    index = open_index(args, read_only=True)
+    runs = pods_for_prefix(index, args.hashes)
+    if args.json:
+        print_json({"blocks": len(args.hashes),
+                    "pods": [{"pod": pod, "matched_blocks": matched} for pod, matched in runs]})
+    else:
+        for pod, matched in runs:
+            print(f"{pod}\t{matched}/{len(args.hashes)}")
+    if not runs:
+        print(f"no pod holds the first block in namespace {index.namespace!r}",
+              file=sys.stderr)
+        return FINDING
+    return OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    ingest = subparsers.add_parser(
+        "ingest", help="follow a vLLM engine's KV events (ZMQ) and keep in the tree which "
+                       "blocks the pod holds (needs the vllm extra)",
+        description="Subscribe to the ZMQ publisher vLLM starts with --kv-events-config and "
+                    "record each BlockStored / BlockRemoved / AllBlocksCleared of the pod in "
+                    "the namespace's tree (docs/INTEGRATIONS.md). Runs until SIGTERM or "
+                    "Ctrl-C; exits 1 if Redis fails.")
+    ingest.add_argument("--zmq", type=zmq_endpoint, required=True,
+                        help="the engine's PUB endpoint (vLLM's `endpoint`), e.g. "
+                             "tcp://vllm-0:5557")
+    ingest.add_argument("--pod", required=True,
+                        help="the name this engine's blocks are recorded under (1-63 of "
+                             "A-Z a-z 0-9 . -); one ingester per engine or data-parallel rank")
+    ingest.add_argument("--replay", type=zmq_endpoint, default=None,
+                        help="the engine's replay endpoint (vLLM's `replay_endpoint`), asked "
+                             "for the batches a sequence gap skipped (default: none; gaps are "
+                             "logged and counted)")
+    ingest.add_argument("--topic", default="", help="vLLM's `topic` (default: all topics)")
+    ingest.add_argument("--replay-timeout", type=float, default=2.0,
+                        help="seconds to wait for each replayed batch (default: 2)")
+    ingest.add_argument("--log-every", type=at_least(1), default=1000,
+                        help="a log line every N batches (default: 1000)")
+    ingest.add_argument("--reset", action="store_true",
+                        help="first remove every block recorded for the pod (when the "
+                             "ingester missed events while it was down)")
+    ingest.add_argument("--max-batches", type=at_least(1), default=None,
+                        help="stop after applying N batches (default: run until stopped)")
+    ingest.add_argument("--log-level", choices=LEVELS, default="INFO", type=str.upper)
+    ingest.set_defaults(func=cmd_ingest)
+
+    pods = subparsers.add_parser(
+        "pods", help="which pods hold the longest leading run of a chain of vLLM block "
+                     "hashes, longest first (reads only; needs the vllm extra); exit 1 if "
+                     "no pod holds the first block")
+    pods.add_argument("hashes", nargs="+", type=block_hash, metavar="HASH",
+                      help="block hashes, first block first: 64 hex digits, a decimal "
+                           "integer, or 0x and hex digits")
+    add_json_option(pods)
+    pods.set_defaults(func=cmd_pods)
