@@ -69,9 +69,9 @@ def test_put_remove_revoke_evict_emit_their_events_in_order_per_shard(
     expected: dict[str, list[tuple[str, str, int, str | None]]] = {}
     for kind, key, size, parent in [
             ("stored", f"{a}_0_k", 100, None), ("stored", f"{b}_0_k", 200, a),
-            ("revoked", f"{b}_1_k", 300, None), ("removed", f"{b}_0_k", 200, None),
-            ("stored", f"{c}_0_k", 400, a), ("evicted", f"{c}_0_k", 400, None),
-            ("evicted", f"{a}_0_k", 100, None)]:
+            ("revoked", f"{b}_1_k", 300, a), ("removed", f"{b}_0_k", 200, a),
+            ("stored", f"{c}_0_k", 400, a), ("evicted", f"{c}_0_k", 400, a),
+            ("evicted", f"{a}_0_k", 100, None)]:  # every type names the node's parent
         expected.setdefault(key[:2], []).append((kind, key, size, parent))
     assert by_shard == expected
     # the events are the streams' entries, each once, in stream order
