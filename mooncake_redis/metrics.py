@@ -17,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from redis.exceptions import RedisClusterException
 
-from .admission import read_shards
+from .admission import read_segments, read_shards, segment_usage
 from .context import Context
 from .errors import MooncakeRedisError
 from .eviction import EvictionReport, job_observers
@@ -76,7 +76,8 @@ class NamespaceCollector(Collector):
                                  "processing objects (the sum of the shards' counters)",
                                  labels=labels)
         capacity = GaugeMetricFamily("mooncake_redis_capacity_bytes", "the capacity_bytes "
-                                     "setting (0 = unlimited)", labels=labels)
+                                     "setting (0 = unlimited), or the sum of the mounted "
+                                     "segments while any is registered", labels=labels)
         objects = GaugeMetricFamily("mooncake_redis_objects", "objects, complete or "
                                     "processing", labels=labels)
         nodes = GaugeMetricFamily("mooncake_redis_nodes", "radix tree nodes, shells "
@@ -91,11 +92,20 @@ class NamespaceCollector(Collector):
                                 "have been above high_watermark x capacity, as seen at "
                                 "this exporter's scrapes (0 below it); alert when it "
                                 "stays up: eviction is not keeping up", labels=labels)
+        segment_labels = ["namespace", "segment"]
+        segment_used = GaugeMetricFamily("mooncake_redis_segment_used_bytes", "bytes of "
+                                         "replicas on each registered segment",
+                                         labels=segment_labels)
+        segment_capacity = GaugeMetricFamily("mooncake_redis_segment_capacity_bytes",
+                                             "each registered segment's capacity (0 while "
+                                             "it is being unmounted)", labels=segment_labels)
         for ctx in self.contexts:
             namespace = ctx.schema.namespace
             try:
                 shards = read_shards(ctx)
                 plain, soft = count_leaves(ctx)
+                segments = segment_usage(ctx, read_segments(ctx))
+                ctx.reload_settings()  # a scrape shows the capacity segments make now
                 settings = ctx.settings
             except (redis.RedisError, RedisClusterException, MooncakeRedisError) as error:
                 log.warning("metrics: namespace %s unavailable: %s", namespace, error)
@@ -113,7 +123,12 @@ class NamespaceCollector(Collector):
             nodes.add_metric([namespace], sum(shard.nodes for shard in shards))
             leaves.add_metric([namespace, "none"], plain)
             leaves.add_metric([namespace, "soft"], soft)
-        yield from (up, used, capacity, objects, nodes, leaves, watermark, lag)
+            for segment in segments.values():
+                segment_used.add_metric([namespace, segment.name], segment.used_bytes)
+                segment_capacity.add_metric([namespace, segment.name],
+                                            segment.capacity_bytes if segment.mounted else 0)
+        yield from (up, used, capacity, objects, nodes, leaves, watermark, lag, segment_used,
+                    segment_capacity)
 
 
 class Exporter:

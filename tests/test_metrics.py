@@ -338,6 +338,7 @@ def test_every_metric_the_dashboard_queries_is_served(redis_url: str) -> None:
     index = Index.from_url(redis_url, namespace="dash", capacity_bytes=256 * 4096,
                            lease_ttl_ms=1)
     build(index)
+    index.mount_segment("seg-a", 256 * 4096)  # the same capacity, and segment gauges
     exporter = Exporter([index.ctx])
     with counting(exporter):  # make every counter and histogram hold a sample
         assert not index.batch_put_start([(f"{page(1)}_0_k", 1 << 20)])[0].ok
@@ -351,3 +352,19 @@ def test_every_metric_the_dashboard_queries_is_served(redis_url: str) -> None:
     families = {family.name for family in exporter.registry.collect()}
     shown = {family for family in families if any(name.startswith(family) for name in queried)}
     assert families == shown, sorted(families - shown)  # every metric has a panel
+
+
+def test_segment_gauges_follow_mounts_and_replicas(redis_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="segm")
+    exporter = Exporter([index.ctx])
+    index.mount_segment("node-a:1", 1 << 20)
+    index.put_start(f"{page(1)}_0_k", 30, replicas=[("node-a:1", "0x1")])
+    scraped = samples(exporter.text())
+    on = {"namespace": "segm", "segment": "node-a:1"}
+    assert value(scraped, "mooncake_redis_segment_used_bytes", **on) == 30
+    assert value(scraped, "mooncake_redis_segment_capacity_bytes", **on) == 1 << 20
+    assert value(scraped, "mooncake_redis_capacity_bytes", namespace="segm") == 1 << 20
+    index.unmount_segment("node-a:1")
+    scraped = samples(exporter.text())
+    assert not [labels for _, labels in scraped if ("segment", "node-a:1") in labels]
+    assert value(scraped, "mooncake_redis_capacity_bytes", namespace="segm") == 0
