@@ -85,7 +85,7 @@ end
 -- The shard's stats: read when first needed, written once by finish().
 local stats_read = false
 local s_used, s_objects, s_nodes, s_writes, s_fences, s_limit = 0, 0, 0, 0, 0, nil
-local d_used, d_objects, d_nodes, d_fences = 0, 0, 0, 0
+local d_used, d_objects, d_nodes, d_fences, d_shells = 0, 0, 0, 0, 0
 
 local function read_stats()
   if not stats_read then
@@ -148,6 +148,7 @@ local function node(key, hash)
     psn = tonumber(v[7]), nh = tonumber(v[8]), ns = tonumber(v[9]), b = tonumber(v[10]),
     lm = tonumber(v[11]), d = {}, exists = false}
   n.exists = n.no ~= nil or n.nc ~= nil
+  n.shell0 = (n.no or 0) == 0 and (n.nc or 0) > 0  -- children, no objects: counted in stats
   if extra then
     for i = 1, #extra do n[extra[i]] = v[i + 11] or false end
   end
@@ -330,6 +331,8 @@ local function finish()
       if #drop > 0 then redis.call('HDEL', n.key, unpack(drop)) end
       wrote = true
     end
+    local shell = n.exists and (n.no or 0) == 0 and (n.nc or 0) > 0
+    if shell ~= n.shell0 then d_shells = d_shells + (shell and 1 or -1) end
     local set_, score = leaf_of(n)
     if n.leaf_set and set_ ~= n.leaf_set then redis.call('ZREM', n.leaf_set, n.hash) end
     if set_ and (set_ ~= n.leaf_set or score ~= n.leaf_score) then
@@ -343,6 +346,7 @@ local function finish()
   for segment, delta in pairs(seg_delta) do
     if delta ~= 0 then redis.call('HINCRBY', STATS, 'su:' .. segment, delta) end
   end
+  if d_shells ~= 0 then redis.call('HINCRBY', STATS, 'shells', d_shells) end
   if not wrote and d_used == 0 and d_objects == 0 and d_nodes == 0 and d_fences == 0 then
     return
   end

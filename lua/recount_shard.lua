@@ -10,15 +10,19 @@
 --       per node key
 -- Returns: {'recounted', used_bytes, objects, nodes, stale leaf entries dropped} or
 --          {'changed'}
--- The bytes per segment (su:<segment>) are recounted too.
+-- The bytes per segment (su:<segment>) and the shells (nodes with children and no
+-- objects) are recounted too.
 if (redis.call('HGET', STATS, 'writes') or '0') ~= ARGV[4] then return {'changed'} end
-local used, objects, present = 0, 0, {}
+local used, objects, present, shells = 0, 0, {}, 0
 for i = 8, #KEYS do
   local all = redis.call('HGETALL', KEYS[i])
   if #all > 0 then
     present[ARGV[i - 3]] = true
+    local own, children = 0, 0
     for j = 1, #all, 2 do
+      if is_child_field(all[j]) then children = children + 1 end
       if string.sub(all[j], 1, 2) == 'o:' then
+        own = own + 1
         local state, size, _, _, _, reps = unpack_object(all[j + 1])
         if state then
           used = used + charged(size, reps)
@@ -27,6 +31,7 @@ for i = 8, #KEYS do
         end
       end
     end
+    if own == 0 and children > 0 then shells = shells + 1 end
   end
 end
 local stats = redis.call('HKEYS', STATS)
@@ -50,5 +55,5 @@ for _, index in ipairs({LEAVES, SOFT_LEAVES}) do
 end
 local fences = redis.call('ZCARD', FENCES)
 redis.call('HSET', STATS, 'used_bytes', num(used), 'objects', num(objects), 'nodes', num(nodes),
-  'fences', fences)
+  'fences', fences, 'shells', num(shells))
 return {'recounted', num(used), num(objects), num(nodes), dropped}

@@ -22,6 +22,7 @@ for i = 1, #all, 2 do
 end
 d_used, d_objects = used, objects  -- counters only: the stats are recounted apart
 seg_delta = {}
+n.shell0 = (n.no or 0) == 0 and (n.nc or 0) > 0  -- the shells count is recount_shard's too
 redis.call('ZREM', LEAVES, n.hash)
 redis.call('ZREM', SOFT_LEAVES, n.hash)
 n.leaf_set, n.leaf_score = nil, nil

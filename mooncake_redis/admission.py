@@ -37,6 +37,8 @@ class ShardUsage:
     objects: int
     nodes: int
     limit: int | None
+    shells: int = 0
+    """Nodes with children and no objects."""
 
 
 def read_shards(ctx: Context) -> list[ShardUsage]:
@@ -44,10 +46,11 @@ def read_shards(ctx: Context) -> list[ShardUsage]:
     batch = ctx.batch()
     for shard in ctx.all_shards():
         batch.command("HMGET", ctx.schema.shard_keys(shard).stats, "used_bytes", "objects",
-                      "nodes", "limit")
+                      "nodes", "limit", "shells")
     return [ShardUsage(shard, to_int(used), to_int(objects), to_int(nodes),
-                       None if limit is None else to_int(limit))
-            for shard, (used, objects, nodes, limit) in zip(ctx.all_shards(), batch.execute())]
+                       None if limit is None else to_int(limit), to_int(shells))
+            for shard, (used, objects, nodes, limit, shells)
+            in zip(ctx.all_shards(), batch.execute())]
 
 
 def read_segments(ctx: Context) -> dict[str, Segment]:

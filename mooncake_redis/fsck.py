@@ -155,8 +155,9 @@ class _Checker:
         for gone in sorted(stale_leaves):
             report.add("leaf_index_stale", f"{gone} indexed as a leaf, no such node")
         counted = tuple(to_int(shard.stats.get(name))
-                        for name in ("used_bytes", "objects", "nodes", "fences"))
-        actual = (used, objects, len(shard.nodes), shard.fences)
+                        for name in ("used_bytes", "objects", "nodes", "fences", "shells"))
+        shells = sum(1 for node in shard.nodes.values() if node.children and not node.objects)
+        actual = (used, objects, len(shard.nodes), shard.fences, shells)
         segment_counts = {f[3:]: to_int(v) for f, v in shard.stats.items()
                           if f.startswith("su:") and to_int(v)}
         on_segments = {name: size for name, size in on_segments.items() if size}
@@ -165,7 +166,8 @@ class _Checker:
             report.add("shard_stats", f"shard {shard.name} bytes per segment {segment_counts} "
                                       f"!= {on_segments}")
         if counted != actual:
-            report.add("shard_stats", f"shard {shard.name} (used_bytes, objects, nodes, fences) "
+            report.add("shard_stats", f"shard {shard.name} (used_bytes, objects, nodes, fences, "
+                                      "shells) "
                                       f"{counted} != {actual}")
         if self.repair:
             self._repair_nodes(shard.name, broken)

@@ -15,7 +15,7 @@ The schema (v2) is a contract that redis-cli users read; tests/test_keys.py pins
     <ns>:{<shard>}:pending       ZSET    "<parent>|<child>|<epoch>" links not yet confirmed -> ms
     <ns>:{<shard>}:fences        ZSET    child hash -> highest fenced link epoch (expire by score)
     <ns>:{<shard>}:outbox        ZSET    "<child>|<parent>|<epoch>" unlinks still to do -> ms
-    <ns>:{<shard>}:stats         HASH    used_bytes, objects, nodes, fences, writes, limit,
+    <ns>:{<shard>}:stats         HASH    used_bytes, objects, nodes, shells, fences, writes, limit,
                                          m:<segment> (mounted), su:<segment> (its bytes here)
     <ns>:{<shard>}:events        STREAM  stored / removed / evicted, capped
     <ns>:settings                HASH    namespace settings (settings.py)

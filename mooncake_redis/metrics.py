@@ -82,6 +82,9 @@ class NamespaceCollector(Collector):
                                     "processing", labels=labels)
         nodes = GaugeMetricFamily("mooncake_redis_nodes", "radix tree nodes, shells "
                                   "included", labels=labels)
+        shells = GaugeMetricFamily("mooncake_redis_shells", "nodes with children and no "
+                                   "objects (kept for their children; match_prefix stops "
+                                   "at them)", labels=labels)
         leaves = GaugeMetricFamily("mooncake_redis_leaves", "nodes with objects and no "
                                    "children, in the eviction leaf index (pin: none or "
                                    "soft)", labels=["namespace", "pin"])
@@ -121,13 +124,15 @@ class NamespaceCollector(Collector):
                 * settings.capacity_bytes))
             objects.add_metric([namespace], sum(shard.objects for shard in shards))
             nodes.add_metric([namespace], sum(shard.nodes for shard in shards))
+            shells.add_metric([namespace], sum(shard.shells for shard in shards))
             leaves.add_metric([namespace, "none"], plain)
             leaves.add_metric([namespace, "soft"], soft)
             for segment in segments.values():
                 segment_used.add_metric([namespace, segment.name], segment.used_bytes)
                 segment_capacity.add_metric([namespace, segment.name],
                                             segment.capacity_bytes if segment.mounted else 0)
-        yield from (up, used, capacity, objects, nodes, leaves, watermark, lag, segment_used,
+        yield from (up, used, capacity, objects, nodes, shells, leaves, watermark, lag,
+                    segment_used,
                     segment_capacity)
 
 

@@ -21,7 +21,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import pytest
 import redis
 import rq
-from helpers import build_small_tree, page
+from helpers import A, B, C, build_small_tree, page
 from mooncake_redis.workers.jobs import QUEUE_NAME, request_eviction
 from mooncake_redis.workers.monitor import watch
 from prometheus_client import make_wsgi_app
@@ -368,3 +368,15 @@ def test_segment_gauges_follow_mounts_and_replicas(redis_url: str) -> None:
     scraped = samples(exporter.text())
     assert not [labels for _, labels in scraped if ("segment", "node-a:1") in labels]
     assert value(scraped, "mooncake_redis_capacity_bytes", namespace="segm") == 0
+
+
+def test_shells_are_counted_exactly_as_they_come_and_go(redis_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="shells")
+    build(index)
+    exporter = Exporter([index.ctx])
+    assert value(samples(exporter.text()), "mooncake_redis_shells", namespace="shells") == 0
+    index.remove(f"{A}_0_k", force=True)  # A keeps its children B and C: a shell
+    assert value(samples(exporter.text()), "mooncake_redis_shells", namespace="shells") == 1
+    index.remove(f"{B}_0_k", force=True)
+    index.put_revoke(f"{C}_0_k")  # the cascade takes the shell
+    assert value(samples(exporter.text()), "mooncake_redis_shells", namespace="shells") == 0
