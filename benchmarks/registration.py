@@ -39,6 +39,10 @@ every shard script pays before its first item (the library's definitions, TIME).
 HEADER = [600_000, 1000, 60_000]
 
 
+SEGMENT = "node-0:7000"
+"""The segment the replicated path's replicas name (mounted for the run)."""
+
+
 def tree_sizes(scale: Scale) -> list[int]:
     return []
 
@@ -93,8 +97,11 @@ def registration_rows(client: redis.Redis, server: Any, context: Context) -> lis
     tree_mha, tree_mla, tree_b, tree_single = (pages_of(context.seed + n, count) for n, count in
                                                enumerate([nodes] * 3 + [scale.single_nodes]))
     tree_one_shard = pages_of(context.seed + 4, nodes, ONE_SHARD)
-    mha, mla, path_b, single, one_shard = (open_index(server, namespace=f"reg{n}")
-                                           for n in range(5))
+    tree_replicas = pages_of(context.seed + 5, nodes)
+    mha, mla, path_b, single, one_shard, replicated = (open_index(server, namespace=f"reg{n}")
+                                                       for n in range(6))
+    replicated.mount_segment(SEGMENT, 1 << 50)
+    replica = [(SEGMENT, "/mnt/kv/segment-0/0123456789abcdef", "disk")]
     shard_keys = [f"bench:{{00}}:{name}" for name in SHARD_KEY_NAMES]
     empty_shard = read_lua("_lib") + EMPTY_SHARD_SCRIPT
     for group in tqdm(chunks(tree_b, 1000), desc="path B objects", leave=False):
@@ -124,6 +131,11 @@ def registration_rows(client: redis.Redis, server: Any, context: Context) -> lis
             nodes, measure(client, batches(
                 "batch_put_start MLA", chunks(tree_mla, size),
                 lambda g: checked(mla.batch_put_start([(p, OBJECT_BYTES, q) for p, q in g]))))),
+        row(f"batch_put_start, 1 object/node (MLA) with 1 replica, with parent ({size} "
+            "nodes/call)", "node", nodes, measure(client, batches(
+                "batch_put_start replicas", chunks(tree_replicas, size),
+                lambda g: checked(replicated.batch_put_start(
+                    [(p, OBJECT_BYTES, q, replica) for p, q in g]))))),
         row(f"batch_register_radix_tree_node ({size} nodes/call)", "node", nodes,
             measure(client, batches(
                 "register", chunks(tree_b, size),
@@ -136,7 +148,7 @@ def registration_rows(client: redis.Redis, server: Any, context: Context) -> lis
             measure(client, batches("put_start", tree_single,
                                     lambda p: single.put_start(p[0], OBJECT_BYTES, p[1])))),
     ]
-    for index in (mha, mla, path_b, single, one_shard):
+    for index in (mha, mla, path_b, single, one_shard, replicated):
         index.close()
     return rows
 
