@@ -1,0 +1,159 @@
+"""Where a data plane keeps object bytes: a directory of files, one segment of the store.
+
+The store (Index) records where each object's bytes are (a replica: segment, location,
+medium) and announces on its events streams when they may be freed; it never touches the
+bytes. FileByteStore is the other half for the simplest storage there is, a directory on
+a (possibly shared) filesystem: it writes each object's bytes to a file of its own, names
+that file as the replica's location, and deletes files when events say their object is
+gone (`release`). examples/file_data_plane.py and hicache.py both use it.
+
+Every write gets a fresh file name (the key, quoted, and a random tag), never reused:
+an event that frees an old copy of a key can then never delete a newer one, however late
+it is applied. Locations read back from Redis are only ever file names inside the
+directory (checked), so whoever can write the namespace cannot make the data plane read
+or delete a file elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+from .errors import InvalidArgument
+from .models import Replica
+from .values import decode_replicas, to_int
+
+SUFFIX = ".bin"
+_NAME = re.compile(r"([A-Za-z0-9_.~%-]+)@([0-9a-f]{16})\.bin")
+"""<quoted key>@<tag>.bin: the only names the store writes, reads or deletes."""
+
+FREED_TYPES = frozenset({"evicted", "removed", "revoked"})
+"""Event types whose replicas are free at once."""
+
+
+@dataclass
+class Released:
+    """What one release() call did."""
+
+    deleted: int = 0
+    """Files deleted."""
+    bytes: int = 0
+    """Their bytes."""
+    waiting: list[Mapping[str, str]] = field(default_factory=list)
+    """`replaced` events whose free_after is still ahead: pass them again later."""
+
+
+class FileByteStore:
+    """One segment's bytes as files in one directory."""
+
+    def __init__(self, directory: str | os.PathLike[str], segment: str, medium: str = "disk"):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.segment = segment
+        self.medium = medium
+
+    # -- bytes ---------------------------------------------------------------------------
+
+    def write(self, key: str, data: bytes | memoryview) -> Replica:
+        """Write an object's bytes to a new file (written whole, then renamed into place,
+        so a reader never sees half of it); the replica to give put_start."""
+        name = f"{quote(key, safe='')}@{secrets.token_hex(8)}{SUFFIX}"
+        temporary = self.directory / f".{name}.tmp"
+        with open(temporary, "wb") as out:
+            out.write(data)
+        os.replace(temporary, self.directory / name)
+        return Replica(self.segment, name, self.medium, len(data))
+
+    def read(self, replica: Replica) -> bytes | None:
+        """The replica's bytes; None if its file is gone (freed meanwhile) or not whole."""
+        try:
+            data = self.path(replica.location).read_bytes()
+        except FileNotFoundError:
+            return None
+        return data if not replica.size or len(data) == replica.size else None
+
+    def read_into(self, replica: Replica, buffer: memoryview) -> bool:
+        """Fill buffer (writable, byte-cast) with the replica's bytes; False if its file is
+        gone or its size is not the buffer's."""
+        try:
+            with open(self.path(replica.location), "rb", buffering=0) as source:
+                if os.fstat(source.fileno()).st_size != len(buffer):
+                    return False
+                return source.readinto(buffer) == len(buffer)
+        except FileNotFoundError:
+            return False
+
+    def delete(self, location: str) -> int | None:
+        """Delete a file; its bytes, or None if it was not there."""
+        path = self.path(location)
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:
+            return None
+        return size
+
+    def path(self, location: str) -> Path:
+        """The file a replica location names, refused unless it is one of our names."""
+        if not _NAME.fullmatch(location):
+            raise InvalidArgument(f"replica location {location!r} is not a file name this "
+                                  f"store writes (<quoted key>@<tag>{SUFFIX})")
+        return self.directory / location
+
+    def is_ours(self, replica: Replica) -> bool:
+        return replica.segment == self.segment and bool(_NAME.fullmatch(replica.location))
+
+    def files(self) -> dict[str, int]:
+        """Every finished file in the directory: name -> bytes."""
+        return {entry.name: entry.stat().st_size for entry in os.scandir(self.directory)
+                if entry.is_file() and _NAME.fullmatch(entry.name)}
+
+    def used_bytes(self) -> int:
+        return sum(self.files().values())
+
+    @staticmethod
+    def key_of(location: str) -> str | None:
+        """The object key a file name was written for."""
+        match = _NAME.fullmatch(location)
+        return unquote(match.group(1)) if match else None
+
+    # -- freeing -------------------------------------------------------------------------
+
+    def release(self, events: Iterable[Mapping[str, str]], now_ms: int) -> Released:
+        """Delete the files the events free (each event a dict of its stream fields,
+        docs/EVENTS.md): the replicas on this segment of evicted, removed and revoked
+        objects; every file of an object invalidated on this segment (its event names the
+        segment, not the location); a replaced object's old replicas once free_after
+        (Redis ms) is past `now_ms`, else the event comes back in `waiting`."""
+        released = Released()
+        for event in events:
+            kind = event.get("type")
+            if kind == "invalidated":
+                if event.get("segment") == self.segment:
+                    key = event.get("hash", "") + event.get("suffix", "")
+                    self._delete_all(self._locations_of(key), released)
+                continue
+            if kind == "replaced" and to_int(event.get("free_after")) > now_ms:
+                released.waiting.append(event)
+                continue
+            if kind in FREED_TYPES or kind == "replaced":
+                replicas = decode_replicas(event.get("replicas", ""), to_int(event.get("size")))
+                self._delete_all([r.location for r in replicas if self.is_ours(r)], released)
+        return released
+
+    def _locations_of(self, key: str) -> list[str]:
+        start = f"{quote(key, safe='')}@"
+        return [entry.name for entry in os.scandir(self.directory)
+                if entry.name.startswith(start) and _NAME.fullmatch(entry.name)]
+
+    def _delete_all(self, locations: Iterable[str], released: Released) -> None:
+        for location in locations:
+            size = self.delete(location)
+            if size is not None:
+                released.deleted += 1
+                released.bytes += size

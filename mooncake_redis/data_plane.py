@@ -1,0 +1,140 @@
+"""A data plane on one FileByteStore: pages' bytes in files, their metadata, prefix tree
+and eviction in the Index, files deleted when the Index's events say so.
+
+What both examples/file_data_plane.py and the SGLang HiCache backend (hicache.py) do with
+pages, written once: store a chain of pages (bytes first, then put_start with the page's
+parent and a replica naming the file, then put_end), read pages back through their
+replica descriptors, and free the bytes of objects the store let go (release). Capacity
+is the segment's: when usage passes the high watermark, or a put is refused for space,
+the data plane runs an eviction job itself (evict_inline; with RQ workers and a monitor
+running, pass evict_inline=False and leave it to them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .byte_store import FileByteStore, Released
+from .errors import NoSpace, ObjectAlreadyExists, SegmentExists
+from .event_tail import EventTail
+from .index import Index
+from .models import Replica, Result
+from .prefix import SHARD_COUNT
+
+
+@dataclass(frozen=True)
+class Page:
+    """One object to store: its key, its bytes and its parent page's hash (None: a root,
+    or a parent this writer does not know)."""
+
+    key: str
+    data: bytes | memoryview
+    parent: str | None = None
+
+
+class FileDataPlane:
+    """Pages of one namespace whose bytes live in one directory (one segment)."""
+
+    def __init__(self, index: Index, store: FileByteStore, capacity_bytes: int | None = None,
+                 *, evict_inline: bool = True, events_from: str = "0"):
+        """capacity_bytes: mount the store's segment with it, unless it is mounted already
+        (another process of the same data plane did); None: it must be mounted.
+        events_from: where the event reader starts ('0': every event still kept, '$': only
+        new ones)."""
+        self.index = index
+        self.store = store
+        self.evict_inline = evict_inline
+        if capacity_bytes is not None:
+            with contextlib.suppress(SegmentExists):
+                index.mount_segment(store.segment, capacity_bytes)
+        self.events = EventTail(index.ctx, events_from)  # to be replaced by Index.events
+        self.waiting: list[Mapping[str, str]] = []
+        """`replaced` events whose old files may not be deleted yet."""
+        self.deleted_files = self.deleted_bytes = 0
+        """What release() deleted so far."""
+
+    # -- writing -------------------------------------------------------------------------
+
+    def put(self, pages: Sequence[Page]) -> list[bool]:
+        """Store pages (one batch_put_start and one batch_put_end round trip); per page,
+        whether it is stored now (True too when it was stored already). A page refused for
+        space gets one retry after an eviction job."""
+        replicas = {page.key: self.store.write(page.key, page.data) for page in pages}
+        results = self._put_start(pages, replicas)
+        full = [page for page in pages if isinstance(results[page.key].error, NoSpace)]
+        if full and self.evict_inline:
+            self.evict(self._room_for(max(len(page.data) for page in full)))
+            results.update(self._put_start(full, replicas))
+        stored = {key: result.ok for key, result in results.items()}
+        for key, result in results.items():
+            if not result.ok:  # refused: its file is ours alone
+                self.store.delete(replicas[key].location)
+                stored[key] = isinstance(result.error, ObjectAlreadyExists)
+        finished = [key for key, result in results.items() if result.ok]
+        for result in self.index.batch_put_end(finished):
+            stored[result.key] = result.ok  # a put_end refused: an event frees its file
+        if self.evict_inline and self.index.usage().ratio > self.index.settings.high_watermark:
+            self.evict()
+        return [stored[page.key] for page in pages]
+
+    def _put_start(self, pages: Sequence[Page], replicas: Mapping[str, Replica]
+                   ) -> dict[str, Result[None]]:
+        results = self.index.batch_put_start(
+            [(page.key, len(page.data), page.parent, [replicas[page.key]]) for page in pages])
+        return {result.key: result for result in results}
+
+    def _room_for(self, page_bytes: int) -> float:
+        """The eviction target that leaves room for a page in every shard. Admission gives
+        each of the SHARD_COUNT shards its usage plus an even share of the free space
+        (admission.py), so a page fits in any shard only while the free space is at least
+        SHARD_COUNT pages: with a capacity of few thousand pages, the usual target
+        (high_watermark - eviction_ratio) may leave less than that."""
+        settings = self.index.settings
+        if not settings.capacity_bytes:
+            return settings.eviction_target_ratio
+        room = 1 - SHARD_COUNT * page_bytes / settings.capacity_bytes - settings.eviction_ratio
+        return max(0.0, min(settings.eviction_target_ratio, room))
+
+    # -- reading -------------------------------------------------------------------------
+
+    def replicas(self, keys: Sequence[str]) -> list[Replica | None]:
+        """Per key, the replica on this store of the complete object (a read lease is
+        granted, as get does); None if absent, processing or not on this store."""
+        found: list[Replica | None] = []
+        for result in self.index.batch_get_replica_desc(keys):
+            ours = [r for r in (result.value or []) if self.store.is_ours(r)]
+            found.append(ours[0] if result.ok and ours else None)
+        return found
+
+    def get(self, keys: Sequence[str]) -> list[bytes | None]:
+        """Per key, its bytes; None if not stored (or its file went meanwhile)."""
+        return [self.store.read(r) if r else None for r in self.replicas(keys)]
+
+    def leading(self, keys: Sequence[str]) -> int:
+        """How many leading keys of a chain of pages (key i's parent is key i-1's hash) are
+        stored: match_prefix bounds the run from the tree, then the keys themselves are
+        checked (a page's node can hold other writers' objects)."""
+        if not keys:
+            return 0
+        hashes = [self.index.ctx.split(key)[0] for key in keys]
+        run = self.index.match_prefix(hashes)
+        present = self.index.batch_is_exist(list(keys[:run]))
+        return present.index(False) if False in present else run
+
+    # -- freeing -------------------------------------------------------------------------
+
+    def release(self) -> Released:
+        """Apply the events since the last call: delete the files they free."""
+        events = self.waiting + self.events.read()
+        released = self.store.release(events, self.index.ctx.redis_time_ms())
+        self.waiting = released.waiting
+        self.deleted_files += released.deleted
+        self.deleted_bytes += released.bytes
+        return released
+
+    def evict(self, target_ratio: float | None = None) -> Released:
+        """Run an eviction job (see Index.evict), then delete the files it freed."""
+        self.index.evict(target_ratio)
+        return self.release()
