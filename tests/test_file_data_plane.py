@@ -1,0 +1,161 @@
+"""examples/file_data_plane.py and the FileByteStore / FileDataPlane it runs on: after a run
+under capacity pressure, the bytes on disk are the bytes the store counts on the segment,
+every stored object's file exists and every file belongs to a stored object (checked
+here from Redis's node hashes and the directory, not from the example's own report);
+an unmount deletes every file through the invalidated events; an upsert's old file
+outlives the old read lease and no more."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import IndexFactory
+
+from mooncake_redis import Index
+from mooncake_redis.byte_store import FileByteStore
+from mooncake_redis.data_plane import FileDataPlane, Page
+from mooncake_redis.matching import scan_node_keys
+from mooncake_redis.values import decode_object, split_node
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "file_data_plane.py"
+_spec = importlib.util.spec_from_file_location("file_data_plane", EXAMPLE)
+assert _spec and _spec.loader
+example = importlib.util.module_from_spec(_spec)
+sys.modules["file_data_plane"] = example  # dataclasses look their module up there
+_spec.loader.exec_module(example)
+
+SEGMENT = "disk0"
+PAGE_BYTES = 256
+CAPACITY = 128 * PAGE_BYTES * 4  # 512 pages; a run writes about 480 + 2 distinct ones
+
+
+def stored_locations(index: Index) -> dict[str, int]:
+    """file name -> object size, for every replica on SEGMENT, read from the node hashes."""
+    locations = {}
+    for page in scan_node_keys(index.ctx):
+        for node_key in page:
+            node = split_node(index.client.hgetall(node_key))
+            for value in node.objects.values():
+                stored = decode_object(value)
+                assert stored is not None
+                for replica in stored.replicas:
+                    assert replica.segment == SEGMENT
+                    locations[replica.location] = stored.size
+    return locations
+
+
+def files_on_disk(directory: Path) -> dict[str, int]:
+    return {entry.name: entry.stat().st_size for entry in os.scandir(directory)}
+
+
+def assert_disk_matches_store(index: Index, directory: Path) -> dict[str, int]:
+    files = files_on_disk(directory)
+    assert files == stored_locations(index)  # every object's file, and no other file
+    assert sum(files.values()) == index.usage().segments[SEGMENT].used_bytes
+    return files
+
+
+@pytest.fixture
+def plane(make_index: IndexFactory, tmp_path: Path) -> FileDataPlane:
+    index = make_index("files", lease_ttl_ms=10, events_max_len=100_000)
+    return FileDataPlane(index, FileByteStore(tmp_path / "segment", SEGMENT), CAPACITY)
+
+
+def test_a_run_under_capacity_pressure_leaves_disk_and_store_equal(plane: FileDataPlane
+                                                                   ) -> None:
+    report = example.run(plane, conversations=120, pages=6, page_bytes=PAGE_BYTES, upserts=4)
+    files = assert_disk_matches_store(plane.index, plane.store.directory)
+    distinct = 120 * (6 - example.SHARED_PAGES) + example.SHARED_PAGES
+    assert report.files_deleted > 0 and len(files) < distinct  # eviction ran and freed files
+    assert report.files_deleted == plane.deleted_files
+    assert report.pages_read > 0 and report.read_mismatches == 0
+    assert report.upserts == 4
+    assert report.consistent
+    assert report.bytes_on_disk == sum(files.values())
+
+
+def test_unmounting_the_segment_deletes_every_file(plane: FileDataPlane) -> None:
+    example.run(plane, conversations=30, pages=4, page_bytes=PAGE_BYTES, upserts=0)
+    assert files_on_disk(plane.store.directory)
+    report = plane.index.unmount_segment(SEGMENT)
+    assert report.done and report.deleted > 0
+    released = plane.release()
+    assert released.deleted == report.deleted
+    assert files_on_disk(plane.store.directory) == {}
+    assert plane.index.usage().objects == 0 and stored_locations(plane.index) == {}
+
+
+def test_a_refused_page_leaves_no_file(plane: FileDataPlane) -> None:
+    page = Page("ab" * 32, b"x" * PAGE_BYTES)
+    assert plane.put([page]) == [True]
+    assert plane.put([page]) == [True]  # stored already: the second copy's file goes
+    plane.index.unmount_segment(SEGMENT)
+    plane.release()
+    assert plane.put([Page("cd" * 32, b"y" * PAGE_BYTES)]) == [False]  # not mounted
+    assert files_on_disk(plane.store.directory) == {}
+
+
+def test_an_upserts_old_file_waits_for_the_old_read_lease(make_index: IndexFactory,
+                                                         tmp_path: Path) -> None:
+    index = make_index("files", lease_ttl_ms=60_000)
+    plane = FileDataPlane(index, FileByteStore(tmp_path, SEGMENT), CAPACITY)
+    key = "ef" * 32
+    plane.put([Page(key, b"old" * 10)])
+    old = plane.replicas([key])[0]  # a reader holds a lease on the old bytes now
+    assert old is not None
+    new = plane.store.write(key, b"new" * 10)
+    index.upsert_start(key, 30, replicas=[new])
+    index.upsert_end(key)
+    plane.release()
+    assert plane.store.read(old) == b"old" * 10  # still readable under the old lease
+    (event,) = plane.waiting
+    free_after = int(event["free_after"])
+    assert free_after >= index.object_info(key).lease_ms - 60_000  # the old lease's end
+    released = plane.store.release(plane.waiting, free_after + 1)
+    assert released.deleted == 1 and not released.waiting
+    assert files_on_disk(tmp_path) == {new.location: 30}
+    assert plane.get([key]) == [b"new" * 10]
+
+
+def test_locations_outside_the_directory_are_refused(tmp_path: Path) -> None:
+    store = FileByteStore(tmp_path / "segment", SEGMENT)
+    (tmp_path / "secret").write_text("keep")
+    for location in ("../secret", "/etc/passwd", "secret", ".."):
+        with pytest.raises(Exception, match="not a file name this store writes"):
+            store.delete(location)
+    assert (tmp_path / "secret").read_text() == "keep"
+
+
+def run_example(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(EXAMPLE), *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_the_example_runs_on_real_redis(redis_url: str, tmp_path: Path) -> None:
+    args = ["--url", redis_url, "--directory", str(tmp_path / "d"), "--segment", SEGMENT,
+            "--capacity",
+            str(CAPACITY), "--page-bytes", str(PAGE_BYTES), "--conversations", "150",
+            "--pages", "4"]
+    result = run_example(*args, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    index = Index.from_url(redis_url, "files")
+    files = assert_disk_matches_store(index, tmp_path / "d")
+    assert report["consistent"] and report["files_deleted"] > 0
+    assert report["bytes_on_disk"] == sum(files.values()) == report["segment_used_bytes"]
+    again = run_example(*args)  # the namespace is in use now: refused, nothing written
+    assert again.returncode == 1 and "use a fresh namespace" in again.stderr
+    assert files_on_disk(tmp_path / "d") == files
+
+
+def test_the_example_says_how_to_use_it() -> None:
+    result = run_example("--help")
+    assert result.returncode == 0 and "--capacity" in result.stdout
+    bad = run_example("--pages", "0")
+    assert bad.returncode == 2 and "below the minimum 1" in bad.stderr
