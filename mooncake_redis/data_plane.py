@@ -17,8 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .byte_store import FileByteStore, Released
-from .errors import NoSpace, ObjectAlreadyExists, SegmentExists
+from .errors import NoSpace, ObjectAlreadyExists, SegmentExists, SegmentNotMounted
 from .event_tail import EventTail
+from .eviction import ROUND_LIMIT
 from .index import Index
 from .models import Replica, Result
 from .prefix import SHARD_COUNT
@@ -49,6 +50,10 @@ class FileDataPlane:
         if capacity_bytes is not None:
             with contextlib.suppress(SegmentExists):
                 index.mount_segment(store.segment, capacity_bytes)
+        segment = index.usage().segments.get(store.segment)
+        if segment is None or not segment.mounted:
+            raise SegmentNotMounted(f"segment {store.segment} is not mounted: give "
+                                    "capacity_bytes to mount it")
         self.events = EventTail(index.ctx, events_from)  # to be replaced by Index.events
         self.waiting: list[Mapping[str, str]] = []
         """`replaced` events whose old files may not be deleted yet."""
@@ -65,7 +70,7 @@ class FileDataPlane:
         results = self._put_start(pages, replicas)
         full = [page for page in pages if isinstance(results[page.key].error, NoSpace)]
         if full and self.evict_inline:
-            self.evict(self._room_for(max(len(page.data) for page in full)))
+            self.evict(self._room_for(full))
             results.update(self._put_start(full, replicas))
         stored = {key: result.ok for key, result in results.items()}
         for key, result in results.items():
@@ -85,16 +90,21 @@ class FileDataPlane:
             [(page.key, len(page.data), page.parent, [replicas[page.key]]) for page in pages])
         return {result.key: result for result in results}
 
-    def _room_for(self, page_bytes: int) -> float:
-        """The eviction target that leaves room for a page in every shard. Admission gives
-        each of the SHARD_COUNT shards its usage plus an even share of the free space
-        (admission.py), so a page fits in any shard only while the free space is at least
-        SHARD_COUNT pages: with a capacity of few thousand pages, the usual target
-        (high_watermark - eviction_ratio) may leave less than that."""
+    def _room_for(self, pages: Sequence[Page]) -> float:
+        """The eviction target that leaves room for these pages. Admission gives each of
+        the SHARD_COUNT shards its usage plus an even share of the free space
+        (admission.py), so a shard takes k more pages only while the free space is at
+        least SHARD_COUNT times their bytes: with a capacity of a few thousand pages, the
+        usual target (high_watermark - eviction_ratio) may leave less than that."""
         settings = self.index.settings
         if not settings.capacity_bytes:
             return settings.eviction_target_ratio
-        room = 1 - SHARD_COUNT * page_bytes / settings.capacity_bytes - settings.eviction_ratio
+        per_shard: dict[str, int] = {}
+        for page in pages:
+            shard = self.index.ctx.shard(self.index.ctx.split(page.key)[0])
+            per_shard[shard] = per_shard.get(shard, 0) + len(page.data)
+        need = SHARD_COUNT * max(per_shard.values(), default=0)
+        room = 1 - need / settings.capacity_bytes - settings.eviction_ratio
         return max(0.0, min(settings.eviction_target_ratio, room))
 
     # -- reading -------------------------------------------------------------------------
@@ -134,7 +144,11 @@ class FileDataPlane:
         self.deleted_bytes += released.bytes
         return released
 
-    def evict(self, target_ratio: float | None = None) -> Released:
-        """Run an eviction job (see Index.evict), then delete the files it freed."""
-        self.index.evict(target_ratio)
+    def evict(self, target_ratio: float | None = None, max_jobs: int = 64) -> Released:
+        """Run eviction jobs (see Index.evict) until the target is reached or nothing more
+        can go (a job stops after max_rounds_per_job rounds, and a deep chain loses a few
+        levels per round), at most max_jobs; then delete the files they freed."""
+        for _ in range(max_jobs):
+            if self.index.evict(target_ratio).stopped != ROUND_LIMIT:
+                break
         return self.release()
