@@ -29,7 +29,7 @@ from .models import Replica
 from .values import decode_replicas, to_int
 
 SUFFIX = ".bin"
-_NAME = re.compile(r"([A-Za-z0-9_.~%-]+)@([0-9a-f]{16})\.bin")
+_NAME = re.compile(r"([A-Za-z0-9_.~%-]*)@([0-9a-f]{16})\.bin")
 """<quoted key>@<tag>.bin: the only names the store writes, reads or deletes."""
 
 FREED_TYPES = frozenset({"evicted", "removed", "revoked"})

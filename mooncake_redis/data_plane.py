@@ -17,7 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .byte_store import FileByteStore, Released
-from .errors import NoSpace, ObjectAlreadyExists, SegmentExists, SegmentNotMounted
+from .errors import (
+    NoSpace,
+    ObjectAlreadyExists,
+    OutcomeUnknown,
+    SegmentExists,
+    SegmentNotMounted,
+)
 from .event_tail import EventTail
 from .eviction import ROUND_LIMIT
 from .index import Index
@@ -67,7 +73,14 @@ class FileDataPlane:
         whether it is stored now (True too when it was stored already). A page refused for
         space gets one retry after an eviction job."""
         replicas = {page.key: self.store.write(page.key, page.data) for page in pages}
-        results = self._put_start(pages, replicas)
+        try:
+            results = self._put_start(pages, replicas)
+        except OutcomeUnknown:
+            raise  # the objects may be stored, naming these files: keep them
+        except BaseException:
+            for replica in replicas.values():
+                self.store.delete(replica.location)
+            raise
         full = [page for page in pages if isinstance(results[page.key].error, NoSpace)]
         if full and self.evict_inline:
             self.evict(self._room_for(full))

@@ -20,6 +20,7 @@ from conftest import IndexFactory
 from mooncake_redis import Index
 from mooncake_redis.byte_store import FileByteStore
 from mooncake_redis.data_plane import FileDataPlane, Page
+from mooncake_redis.errors import InvalidArgument
 from mooncake_redis.matching import scan_node_keys
 from mooncake_redis.values import decode_object, split_node
 
@@ -159,3 +160,10 @@ def test_the_example_says_how_to_use_it() -> None:
     assert result.returncode == 0 and "--capacity" in result.stdout
     bad = run_example("--pages", "0")
     assert bad.returncode == 2 and "below the minimum 1" in bad.stderr
+
+
+def test_a_put_refused_before_anything_is_sent_leaves_no_file(plane: FileDataPlane) -> None:
+    with pytest.raises(InvalidArgument):
+        plane.put([Page("ab" * 32, b"x"), Page("", b"y")])  # an empty key: a caller error
+    assert files_on_disk(plane.store.directory) == {}
+    assert plane.index.usage().objects == 0
