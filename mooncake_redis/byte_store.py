@@ -19,14 +19,16 @@ from __future__ import annotations
 import os
 import re
 import secrets
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, unquote
 
 from .errors import InvalidArgument
+from .events import Event
 from .models import Replica
-from .values import decode_replicas, to_int
+from .values import to_int
 
 SUFFIX = ".bin"
 _NAME = re.compile(r"([A-Za-z0-9_.~%-]*)@([0-9a-f]{16})\.bin")
@@ -44,7 +46,7 @@ class Released:
     """Files deleted."""
     bytes: int = 0
     """Their bytes."""
-    waiting: list[Mapping[str, str]] = field(default_factory=list)
+    waiting: list[Event] = field(default_factory=list)
     """`replaced` events whose free_after is still ahead: pass them again later."""
 
 
@@ -124,27 +126,45 @@ class FileByteStore:
 
     # -- freeing -------------------------------------------------------------------------
 
-    def release(self, events: Iterable[Mapping[str, str]], now_ms: int) -> Released:
-        """Delete the files the events free (each event a dict of its stream fields,
-        docs/EVENTS.md): the replicas on this segment of evicted, removed and revoked
-        objects; every file of an object invalidated on this segment (its event names the
-        segment, not the location); a replaced object's old replicas once free_after
-        (Redis ms) is past `now_ms`, else the event comes back in `waiting`."""
+    def release(self, events: Iterable[Event], now_ms: int) -> Released:
+        """Delete the files the events free (docs/EVENTS.md): the replicas on this segment
+        of evicted, removed and revoked objects; every file of an object invalidated on
+        this segment (its event names the segment, not the location); a replaced object's
+        old replicas once free_after (Redis ms) is past `now_ms`, else the event comes
+        back in `waiting`."""
         released = Released()
         for event in events:
-            kind = event.get("type")
-            if kind == "invalidated":
-                if event.get("segment") == self.segment:
-                    key = event.get("hash", "") + event.get("suffix", "")
-                    self._delete_all(self._locations_of(key), released)
+            if event.type == "invalidated":
+                if event.extra.get("segment") == self.segment:
+                    self._delete_all(self._locations_of(event.key), released)
                 continue
-            if kind == "replaced" and to_int(event.get("free_after")) > now_ms:
+            if event.type == "replaced" and to_int(event.extra.get("free_after")) > now_ms:
                 released.waiting.append(event)
                 continue
-            if kind in FREED_TYPES or kind == "replaced":
-                replicas = decode_replicas(event.get("replicas", ""), to_int(event.get("size")))
-                self._delete_all([r.location for r in replicas if self.is_ours(r)], released)
+            if event.type in FREED_TYPES or event.type == "replaced":
+                self._delete_all([r.location for r in event.replicas if self.is_ours(r)],
+                                 released)
         return released
+
+    def collect(self, in_scope: Callable[[str], bool], live: Collection[str],
+                min_age_s: float) -> Released:
+        """Delete the files no stored object names (after events were lost): those whose
+        key is in scope, not in `live` (the locations stored objects name) and older than
+        min_age_s (younger ones may belong to a put still under way)."""
+        released = Released()
+        oldest = time.time() - min_age_s
+        self._delete_all([name for name, key, mtime in self._entries()
+                          if name not in live and mtime <= oldest and in_scope(key)],
+                         released)
+        return released
+
+    def _entries(self) -> list[tuple[str, str, float]]:
+        found = []
+        for entry in os.scandir(self.directory):
+            match = _NAME.fullmatch(entry.name)
+            if match and entry.is_file():
+                found.append((entry.name, unquote(match.group(1)), entry.stat().st_mtime))
+        return found
 
     def _locations_of(self, key: str) -> list[str]:
         start = f"{quote(key, safe='')}@"

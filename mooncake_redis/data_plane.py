@@ -18,17 +18,22 @@ from dataclasses import dataclass
 
 from .byte_store import FileByteStore, Released
 from .errors import (
+    EventsLost,
+    InvalidArgument,
     NoSpace,
     ObjectAlreadyExists,
     OutcomeUnknown,
     SegmentExists,
     SegmentNotMounted,
 )
-from .event_tail import EventTail
+from .events import Event
 from .eviction import ROUND_LIMIT
 from .index import Index
 from .models import Replica, Result
 from .prefix import SHARD_COUNT
+
+EVENTS_PER_READ = 1000
+"""Events read per shard stream per read at most."""
 
 
 @dataclass(frozen=True)
@@ -45,14 +50,19 @@ class FileDataPlane:
     """Pages of one namespace whose bytes live in one directory (one segment)."""
 
     def __init__(self, index: Index, store: FileByteStore, capacity_bytes: int | None = None,
-                 *, evict_inline: bool = True, events_from: str = "0"):
+                 *, evict_inline: bool = True, group: str | None = None,
+                 consumer: str = "data-plane", resync_min_age_s: float = 60.0):
         """capacity_bytes: mount the store's segment with it, unless it is mounted already
         (another process of the same data plane did); None: it must be mounted.
-        events_from: where the event reader starts ('0': every event still kept, '$': only
-        new ones)."""
+        group, consumer: this data plane's events consumer (default group
+        "files:<segment>": every process of one directory shares it, each event goes to
+        one of them; a restarted process must keep its consumer name to get the events it
+        had not acked). resync_min_age_s: after lost events, files younger than this are
+        kept (a put may be under way)."""
         self.index = index
         self.store = store
         self.evict_inline = evict_inline
+        self.resync_min_age_s = resync_min_age_s
         if capacity_bytes is not None:
             with contextlib.suppress(SegmentExists):
                 index.mount_segment(store.segment, capacity_bytes)
@@ -60,9 +70,12 @@ class FileDataPlane:
         if segment is None or not segment.mounted:
             raise SegmentNotMounted(f"segment {store.segment} is not mounted: give "
                                     "capacity_bytes to mount it")
-        self.events = EventTail(index.ctx, events_from)  # to be replaced by Index.events
-        self.waiting: list[Mapping[str, str]] = []
-        """`replaced` events whose old files may not be deleted yet."""
+        self.events = index.events(group or f"files:{store.segment}", consumer,
+                                   start="earliest", block_ms=0, count=EVENTS_PER_READ,
+                                   follow=False)
+        self.waiting: list[Event] = []
+        """`replaced` events whose old files may not be deleted yet (acked already: a
+        process that stops before their time leaves those files behind)."""
         self.deleted_files = self.deleted_bytes = 0
         """What release() deleted so far."""
 
@@ -149,13 +162,42 @@ class FileDataPlane:
     # -- freeing -------------------------------------------------------------------------
 
     def release(self) -> Released:
-        """Apply the events since the last call: delete the files they free."""
-        events = self.waiting + self.events.read()
-        released = self.store.release(events, self.index.ctx.redis_time_ms())
-        self.waiting = released.waiting
+        """Apply the events not applied yet, each acked once its files are deleted (a
+        replaced object's old file waits in memory until free_after). Where a shard's
+        events were lost (the streams are capped at events_max_len), its files that no
+        stored object names are deleted instead."""
+        total = Released()
+        now_ms = self.index.ctx.redis_time_ms()
+        self._add(total, self.store.release(self.waiting, now_ms))
+        self.waiting = total.waiting
+        for item in self.events:  # follow=False: ends once every stream is read to its end
+            if isinstance(item, EventsLost):
+                if item.shard is not None:
+                    self._add(total, self._resync(item.shard))
+            else:
+                self._add(total, self.store.release([item], now_ms))
+        self.events.close()  # ack the last one
+        self.waiting = total.waiting
+        return total
+
+    def _resync(self, shard: str) -> Released:
+        live = {replica.location for stored in self.events.list_shard(shard)
+                for replica in stored.replicas if self.store.is_ours(replica)}
+        return self.store.collect(lambda key: self._shard_of(key) == shard, live,
+                                  self.resync_min_age_s)
+
+    def _shard_of(self, key: str) -> str | None:
+        try:
+            return self.index.ctx.shard(self.index.ctx.split(key)[0])
+        except InvalidArgument:
+            return None
+
+    def _add(self, total: Released, released: Released) -> None:
+        total.deleted += released.deleted
+        total.bytes += released.bytes
+        total.waiting += released.waiting
         self.deleted_files += released.deleted
         self.deleted_bytes += released.bytes
-        return released
 
     def evict(self, target_ratio: float | None = None, max_jobs: int = 64) -> Released:
         """Run eviction jobs (see Index.evict) until the target is reached or nothing more

@@ -19,7 +19,8 @@ of `extra_info.prefix_keys` for the first page of a batch, where SGLang passes i
 write-back builds the radix tree, eviction is leaf-first, and batch_exists asks
 match_prefix for the leading run. Eviction, unmount and removal events delete the files:
 on every write that ran an eviction job, and in a background thread every
-`release_interval_s`.
+`release_interval_s`; the ranks read the events as one consumer group per segment
+(`files:<segment>`), so each event is applied once, at least once.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import socket
 import sys
 import threading
 from collections.abc import Mapping, Sequence
@@ -77,7 +79,10 @@ class MooncakeRedisHiCache(_sglang_base()):  # type: ignore[misc]
         config: dict[str, Any] = dict(getattr(storage_config, "extra_config", None) or {})
         self.suffix = key_suffix(storage_config)
         self.mem_pool_host: Any = None
-        self.plane = plane or _plane_from(config)
+        self.consumer = f"{socket.gethostname()}{self.suffix or '_mla'}"
+        """This rank's name in the events group (stable across restarts, so a restarted
+        rank gets back the events it had not applied)."""
+        self.plane = plane or _plane_from(config, self.consumer)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         interval = float(config.get("release_interval_s", DEFAULT_RELEASE_INTERVAL_S))
@@ -178,7 +183,8 @@ class MooncakeRedisHiCache(_sglang_base()):  # type: ignore[misc]
         return self.plane.release().deleted
 
     def _release_loop(self, config: dict[str, Any], interval: float) -> None:
-        plane = _plane_from({**config, "segment_capacity_bytes": None})  # its own client
+        plane = _plane_from({**config, "segment_capacity_bytes": None},  # its own client
+                            self.consumer + "_release")
         while not self._stop.wait(interval):
             try:
                 plane.release()
@@ -230,7 +236,7 @@ def byte_view(buffer: Any) -> memoryview:
                               f"{type(buffer).__name__}") from error
 
 
-def _plane_from(config: Mapping[str, Any]) -> FileDataPlane:
+def _plane_from(config: Mapping[str, Any], consumer: str) -> FileDataPlane:
     directory = config.get("directory")
     if not directory:
         raise ConfigurationError("the mooncake-redis HiCache backend needs \"directory\" in "
@@ -241,4 +247,5 @@ def _plane_from(config: Mapping[str, Any]) -> FileDataPlane:
     store = FileByteStore(directory, config.get("segment", DEFAULT_SEGMENT))
     capacity = config.get("segment_capacity_bytes")
     return FileDataPlane(index, store, int(capacity) if capacity else None,
-                         evict_inline=bool(config.get("evict_inline", True)))
+                         evict_inline=bool(config.get("evict_inline", True)),
+                         consumer=consumer)

@@ -21,6 +21,7 @@ from mooncake_redis import Index
 from mooncake_redis.byte_store import FileByteStore
 from mooncake_redis.data_plane import FileDataPlane, Page
 from mooncake_redis.errors import InvalidArgument
+from mooncake_redis.eviction import ROUND_LIMIT
 from mooncake_redis.matching import scan_node_keys
 from mooncake_redis.values import decode_object, split_node
 
@@ -116,7 +117,7 @@ def test_an_upserts_old_file_waits_for_the_old_read_lease(make_index: IndexFacto
     plane.release()
     assert plane.store.read(old) == b"old" * 10  # still readable under the old lease
     (event,) = plane.waiting
-    free_after = int(event["free_after"])
+    free_after = int(event.extra["free_after"])
     assert free_after >= index.object_info(key).lease_ms - 60_000  # the old lease's end
     released = plane.store.release(plane.waiting, free_after + 1)
     assert released.deleted == 1 and not released.waiting
@@ -167,3 +168,23 @@ def test_a_put_refused_before_anything_is_sent_leaves_no_file(plane: FileDataPla
         plane.put([Page("ab" * 32, b"x"), Page("", b"y")])  # an empty key: a caller error
     assert files_on_disk(plane.store.directory) == {}
     assert plane.index.usage().objects == 0
+
+
+def test_lost_events_are_made_up_for_from_the_shards_listing(make_index: IndexFactory,
+                                                             tmp_path: Path) -> None:
+    index = make_index("files", lease_ttl_ms=0, events_max_len=5)
+    plane = FileDataPlane(index, FileByteStore(tmp_path, SEGMENT), 1 << 30,
+                          resync_min_age_s=0)
+    plane.release()  # the group exists from here: what it misses now is lost to it
+    keys = [f"ab{n:062x}" for n in range(300)]  # one shard: its stream overflows
+    assert all(plane.put([Page(key, b"z" * 8) for key in keys]))
+    keep = Page("cd" * 32, b"kept")
+    assert plane.put([keep]) == [True]
+    while index.evict(0).stopped == ROUND_LIMIT:  # a worker evicts everything
+        pass
+    plane.put([keep])  # stored again (the eviction took it too)
+    released = plane.release()
+    assert released.deleted == 301  # shard ab's files by its listing, cd's by its events
+    files = files_on_disk(tmp_path)
+    assert list(files.values()) == [4] and files == {
+        r.location: 4 for r in plane.replicas([keep.key]) if r}
