@@ -2,7 +2,8 @@
 -- invalidate: an unmount's sweep over nodes of one shard. Every replica on the segment is
 -- dropped from its object; an object left without replicas is deleted; each object
 -- touched is announced ('invalidated', with the replicas it still has, `left` of them). A
--- node left empty is deleted and its unlink recorded and returned, as delete does.
+-- node left empty is deleted and its unlink recorded and returned, as delete does. The
+-- event names the replicas dropped (`dropped`) and those left (`replicas`).
 -- Objects stored without replicas are not touched.
 -- KEYS: 1-7 the shard's keys, then the nodes
 -- ARGV: 1-3 header (_lib.lua), 4 segment (escaped), then 2 per item: node key index,
@@ -12,13 +13,17 @@
 local segment = ARGV[4]
 local on_segment = '|' .. segment .. ','
 
--- The replicas of reps that are not on the segment.
-local function without_segment(reps)
-  local kept = {}
+-- The replicas of reps that are not on the segment, and those that are.
+local function split_replicas(reps)
+  local kept, dropped = {}, {}
   for part in string.gmatch(reps, '|[^|]*') do
-    if string.sub(part, 1, #on_segment) ~= on_segment then kept[#kept + 1] = part end
+    if string.sub(part, 1, #on_segment) ~= on_segment then
+      kept[#kept + 1] = part
+    else
+      dropped[#dropped + 1] = part
+    end
   end
-  return table.concat(kept)
+  return table.concat(kept), table.concat(dropped)
 end
 
 local function sweep(n)
@@ -27,7 +32,7 @@ local function sweep(n)
   for _, o in ipairs(scan_objects(n)) do
     local suffix, state, size, t, pins, token, reps = o[1], o[2], o[3], o[4], o[5], o[6], o[7]
     if reps and string.find(reps, on_segment, 1, true) then
-      local left = without_segment(reps)
+      local left, dropped = split_replicas(reps)
       touched = touched + 1
       freed = freed + charged(size, reps) - (left == '' and 0 or charged(size, left))
       if left == '' then
@@ -44,7 +49,8 @@ local function sweep(n)
         count_segments(left, 1, size)
       end
       local _, count = string.gsub(left, '|', '')
-      emit('invalidated', n, suffix, size, left, 'segment', segment, 'left', num(count))
+      emit('invalidated', n, suffix, size, left, 'segment', segment, 'left', num(count),
+        'dropped', dropped)
     end
   end
   return num(touched) .. ':' .. num(deleted) .. ':' .. num(freed)

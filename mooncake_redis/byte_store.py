@@ -28,7 +28,7 @@ from urllib.parse import quote, unquote
 from .errors import InvalidArgument
 from .events import Event
 from .models import Replica
-from .values import to_int
+from .values import decode_replicas, to_int
 
 SUFFIX = ".bin"
 _NAME = re.compile(r"([A-Za-z0-9_.~%-]*)@([0-9a-f]{16})\.bin")
@@ -128,14 +128,17 @@ class FileByteStore:
 
     def release(self, events: Iterable[Event], now_ms: int) -> Released:
         """Delete the files the events free (docs/EVENTS.md): the replicas on this segment
-        of evicted, removed and revoked objects; every file of an object invalidated on
-        this segment (its event names the segment, not the location); a replaced object's
+        of evicted, removed and revoked objects; the dropped replicas of an invalidated
+        object (every file of the key for an event that names none); a replaced object's
         old replicas once free_after (Redis ms) is past `now_ms`, else the event comes
         back in `waiting`."""
         released = Released()
         for event in events:
             if event.type == "invalidated":
-                if event.extra.get("segment") == self.segment:
+                if "dropped" in event.extra:  # the replicas the unmount dropped
+                    self._delete_all([r.location for r in decode_replicas(
+                        event.extra["dropped"], event.size) if self.is_ours(r)], released)
+                elif event.extra.get("segment") == self.segment:  # an event that names none
                     self._delete_all(self._locations_of(event.key), released)
                 continue
             if event.type == "replaced" and to_int(event.extra.get("free_after")) > now_ms:

@@ -198,6 +198,10 @@ def test_every_delete_path_announces_its_objects_with_their_replicas(store: Inde
     assert seen["revoked"] == [(keys[0], (Replica("disk/ssd0", "/x", "disk", 1),))]
     assert [k for k, _ in seen["removed"]] == [keys[1], keys[2]]
     assert seen["invalidated"] == [(keys[3], ())]  # no replica left: deleted
+    (invalidated,) = [e for e in events(store, keys[3][:64]) if e["type"] == "invalidated"]
+    assert (invalidated["segment"], invalidated["left"]) == ("node-a:7000", "0")
+    assert decode_replicas(invalidated["dropped"], 1) == (Replica("node-a:7000", "0x1",
+                                                                  "memory", 1),)
     assert [k for k, _ in seen["evicted"]] == [keys[4]]
     assert store.usage().objects == 0
     assert_consistent(store)
