@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The quick subset of the tests (about 1.5 min a version on 2 cores) on every supported
 # Python found on this machine, oldest to newest, each in its own venv
-# (.venv-python3.X). CI (.ci/run) runs the whole suite on one Python; run this before a
-# release, or after touching anything version-sensitive (typing, dataclasses, packaging).
+# (.venv-python3.X). CI (.ci/run) runs the whole suite on python3 and this for 3.10 and
+# 3.13; run it for every version before a release, or after touching anything
+# version-sensitive (typing, dataclasses, packaging).
 # A version not installed is reported and skipped; the exit code is non-zero if any run
 # failed. Pythons are looked up as python3.X on PATH, under pyenv
 # ($PYENV_ROOT/versions/3.X.*), and through `uv python find`.
