@@ -21,6 +21,7 @@ The schema (v2) is a contract that redis-cli users read; tests/test_keys.py pins
     <ns>:settings                HASH    namespace settings (settings.py)
     <ns>:segments                HASH    segment name -> "<state>,<capacity>,<mounted ms>,
                                          <heartbeat ms>,<unmount cursors>" (segments.py)
+    <ns>:ingest:<pod>            STRING  last vLLM event batch a pod's ingester applied
     <ns>:eviction_lock           STRING  token of the one eviction job running (expires)
     <ns>:eviction_requested      STRING  set while an eviction job is queued (expires)
 
@@ -125,6 +126,11 @@ class KeySchema:
         """SET of the holders (pods, pod@medium) vLLM ingesters have recorded blocks for
         (mooncake_redis.ingest.pods): what a query asks each node about."""
         return f"{self.namespace}:pods"
+
+    def ingest_position(self, pod: str) -> str:
+        """STRING: the sequence number of the last KV event batch the pod's ingester
+        applied, so a restarted ingester asks the replay socket for what it missed."""
+        return f"{self.namespace}:ingest:{pod}"
 
     def pattern(self) -> str:
         """A glob that matches every key of the namespace (for ACLs and redis-cli --scan)."""

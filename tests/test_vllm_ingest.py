@@ -32,7 +32,7 @@ from mooncake_redis import Index
 from mooncake_redis.cli import main
 from mooncake_redis.ingest import cli as ingest_cli
 from mooncake_redis.ingest.feed import END_SEQ, Feed
-from mooncake_redis.ingest.ingester import Ingester
+from mooncake_redis.ingest.ingester import Ingester, stored_position
 from mooncake_redis.ingest.pods import PROBE, PodWriter, object_key, pods_for_prefix
 from mooncake_redis.ingest.vllm_events import InvalidEvent, decode_batch, prefix_hash_of
 
@@ -419,6 +419,32 @@ def test_a_publisher_restart_clears_the_pod(real_index: Index) -> None:
             ingester.step(50)
         assert ingester.applied.cleared == 4
         assert [bool(pod_objects(real_index, block)) for block in CHAIN] == [False] * 4 + [True]
+
+
+def test_a_restarted_ingester_resumes_where_the_last_one_stopped(real_index: Index) -> None:
+    """The position is stored after each batch: a new ingester of the pod asks the replay
+    socket for what was published while none ran."""
+    with fake_engine(real_index) as (engine, ingester, base):
+        engine.send(base, chain_batch(0))
+        step_until(ingester, base)
+        assert stored_position(real_index, "pod-a") == base
+        ingester.feed.close()
+        feed = Feed(engine.endpoint, "kv", engine.replay_endpoint,
+                    last_seq=stored_position(real_index, "pod-a"))
+        try:
+            restarted = Ingester(feed, PodWriter(real_index, "pod-a"))
+            engine.buffered = {base + 1: chain_batch(1), base + 2: chain_batch(2)}
+            end = time.monotonic() + DEADLINE_S
+            while not restarted.batches:  # until the new subscription hears base + 3
+                assert time.monotonic() < end
+                engine.send(base + 3, chain_batch(3))
+                restarted.step(50)
+            assert engine.requests == [base + 1]
+            assert (feed.counters.replayed, feed.counters.missed) == (2, 0)
+            assert pods_for_prefix(real_index, CHAIN) == [("pod-a", 4)]
+            assert stored_position(real_index, "pod-a") == base + 3
+        finally:
+            feed.close()
 
 
 def test_a_bad_batch_is_skipped_and_the_next_applied(real_index: Index) -> None:

@@ -64,16 +64,23 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if missing:
         return fail(missing)
     from .feed import Feed
-    from .ingester import Ingester
+    from .ingester import Ingester, stored_position
     from .pods import PodWriter, check_pod_name
 
     check_pod_name(args.pod)
     configure_logging(args.log_level)
     index = open_index(args, token=writer_token(args.pod))
     writer = PodWriter(index, args.pod)
+    position = index.ctx.schema.ingest_position(args.pod)
     if args.reset:
         log.info("--reset: removed %d objects of pod %s", writer.clear(), args.pod)
-    feed = Feed(args.zmq, args.topic, args.replay, args.replay_timeout)
+        index.client.delete(position)
+    last_seq = stored_position(index, args.pod)
+    if last_seq is not None:
+        log.info("resuming after batch %d (the last this pod's ingester applied): a gap "
+                 "is asked of the replay socket, a sequence that went back clears the pod",
+                 last_seq)
+    feed = Feed(args.zmq, args.topic, args.replay, args.replay_timeout, last_seq=last_seq)
     ingester = Ingester(feed, writer, args.log_every)
     stop = threading.Event()
     stopping = (signal.SIGTERM, signal.SIGINT)
@@ -136,8 +143,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ingest.add_argument("--log-every", type=at_least(1), default=1000,
                         help="a log line every N batches (default: 1000)")
     ingest.add_argument("--reset", action="store_true",
-                        help="first remove every block recorded for the pod (when the "
-                             "ingester missed events while it was down)")
+                        help="first remove every block recorded for the pod and forget "
+                             "where its last run stopped (when the engine restarted while "
+                             "the ingester was down)")
     ingest.add_argument("--max-batches", type=at_least(1), default=None,
                         help="stop after applying N batches (default: run until stopped)")
     ingest.add_argument("--log-level", choices=LEVELS, default="INFO", type=str.upper)

@@ -57,7 +57,8 @@ class Feed:
     """A subscription to one publisher (one engine, or one data-parallel rank of it)."""
 
     def __init__(self, endpoint: str, topic: str = "", replay_endpoint: str | None = None,
-                 replay_timeout_s: float = 2.0, context: zmq.Context | None = None):
+                 replay_timeout_s: float = 2.0, context: zmq.Context | None = None,
+                 last_seq: int | None = None):
         self._context = context or zmq.Context.instance()
         self._sub = self._context.socket(zmq.SUB)
         self._sub.setsockopt(zmq.LINGER, 0)
@@ -66,8 +67,9 @@ class Feed:
         self.replay_endpoint = replay_endpoint
         self._replay_timeout_ms = max(1, int(replay_timeout_s * 1000))
         self._replay: zmq.Socket | None = None
-        self.last_seq: int | None = None
-        """The last sequence number delivered (None before the first)."""
+        self.last_seq: int | None = last_seq
+        """The last sequence number delivered (None before the first; given, where an
+        earlier run of this pod's ingester stopped)."""
         self.counters = FeedCounters()
 
     def close(self) -> None:

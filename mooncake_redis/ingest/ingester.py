@@ -8,6 +8,7 @@ import threading
 from dataclasses import asdict
 
 from ..errors import InvalidArgument
+from ..index import Index
 from .feed import Feed
 from .pods import Applied, PodWriter
 from .vllm_events import InvalidEvent, decode_batch
@@ -15,11 +16,19 @@ from .vllm_events import InvalidEvent, decode_batch
 log = logging.getLogger("mooncake_redis.ingest")
 
 
+def stored_position(index: Index, pod: str) -> int | None:
+    """The last batch an earlier run of the pod's ingester applied (None: none, or
+    forgotten by --reset)."""
+    stored = index.client.get(index.ctx.schema.ingest_position(pod))
+    return int(stored) if stored is not None and str(stored).isdigit() else None
+
+
 class Ingester:
     def __init__(self, feed: Feed, writer: PodWriter, log_every: int = 1000):
         self.feed = feed
         self.writer = writer
         self.log_every = log_every
+        self.position_key = writer.index.ctx.schema.ingest_position(writer.pod)
         self.applied = Applied()
         self.batches = 0
         """Batches applied."""
@@ -40,9 +49,15 @@ class Ingester:
                 continue
             applied += 1
             self.batches += 1
+            self.save_position(delivery.seq)
             if self.batches % self.log_every == 0:
                 log.info("%s", self.summary())
         return applied
+
+    def save_position(self, seq: int) -> None:
+        """Record the batch applied (after it was, so a crash in between re-applies it: the
+        pod's writer token makes the re-applied puts re-sends, removals find nothing)."""
+        self.writer.index.client.set(self.position_key, seq)
 
     def run(self, stop: threading.Event, max_batches: int | None = None) -> None:
         """Until stop is set (or max_batches have been applied)."""
