@@ -7,7 +7,8 @@
 -- ARGV: 1 operation, 2 segment name, then per operation:
 --   mount <capacity>      add a mounted segment; 'EXISTS <state>' if it is registered
 --   remount <capacity>    mount, or change a mounted segment's capacity; 'UNMOUNTING'
---   unmount               mark it unmounting; returns its cursors; 'ABSENT'
+--   unmount               mark it unmounting; returns {its mounted ms (the generation
+--                         segment_flag.lua guards), its cursors}; 'ABSENT'
 --   progress <cursors>    record a sweep's cursors while it is unmounting
 --   done                  drop it once its sweep finished (only while unmounting)
 --   heartbeat             its owner is alive: 'OK', or 'ABSENT' / 'UNMOUNTING'
@@ -39,7 +40,7 @@ end
 if not entry or not state then return 'ABSENT' end
 if op == 'unmount' then
   if state ~= 'unmounting' then store('unmounting', capacity, mounted_ms, heartbeat_ms, '') end
-  return state == 'unmounting' and cursors or ''
+  return {mounted_ms, state == 'unmounting' and cursors or ''}
 elseif op == 'progress' then
   if state ~= 'unmounting' then return 'ABSENT' end
   store(state, capacity, mounted_ms, heartbeat_ms, ARGV[3])

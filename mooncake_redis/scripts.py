@@ -23,18 +23,19 @@ SHARD_SCRIPTS = (
     "link", "put_start", "register", "put_end", "grant_lease", "delete", "evict", "unlink",
     "resolve", "repair_node", "recount_shard", "trim_fences", "invalidate",
 )
-OTHER_SCRIPTS = ("lock_token", "segment", "read_events")
+OTHER_SCRIPTS = ("lock_token", "segment", "segment_flag", "read_events")
 SCRIPT_NAMES = SHARD_SCRIPTS + OTHER_SCRIPTS
 
 RETRY_SAFE = frozenset({"link", "put_start", "register", "put_end", "grant_lease", "unlink",
-                        "resolve", "lock_token", "trim_fences", "invalidate"})
+                        "resolve", "lock_token", "trim_fences", "invalidate", "segment_flag"})
 """Scripts whose second run leaves the same state and gives an answer the caller accepts:
 link and unlink compare epochs, put_start/put_end/register recognise the writer's token,
 a lease only grows, resolve re-checks, invalidate finds nothing left to drop (its counts
-then read low). delete, evict and the repairs are not: a second run answers differently
-(NOT_FOUND, skipped), so a lost reply raises OutcomeUnknown. So does read_events: what a
-lost reply delivered waits in the group's pending list, and the consumer reads that list
-again rather than the next entries (events.py)."""
+then read low), segment_flag sets or clears the same flag again. delete, evict and the
+repairs are not: a second run answers differently (NOT_FOUND, skipped), so a lost reply
+raises OutcomeUnknown. So does read_events: what a lost reply delivered waits in the
+group's pending list, and the consumer reads that list again rather than the next
+entries (events.py)."""
 
 
 def read_lua(name: str) -> str:

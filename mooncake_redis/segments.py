@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .admission import read_segments, rebalance
 from .context import Context
@@ -62,6 +63,15 @@ class UnmountReport:
 def mount(ctx: Context, name: str, capacity_bytes: int, *, remount: bool = False) -> Segment:
     """Register a segment (or, with remount, change a mounted one's capacity), then flag it
     in every shard so put_start accepts replicas on it."""
+    register(ctx, name, capacity_bytes, remount=remount)
+    segment = registered(ctx, name)
+    flag_mounted(ctx, segment)
+    _capacity_changed(ctx)
+    return segment
+
+
+def register(ctx: Context, name: str, capacity_bytes: int, *, remount: bool = False) -> None:
+    """A mount's first step: the registry entry."""
     name = check_name(name)
     capacity = check_size(capacity_bytes, 1 << 62)
     if capacity == 0:
@@ -75,13 +85,22 @@ def mount(ctx: Context, name: str, capacity_bytes: int, *, remount: bool = False
     if reply == "UNMOUNTING":
         raise SegmentUnmounting(f"segment {name} is being unmounted; run unmount_segment "
                                 "to the end before mounting it again")
-    _set_flags(ctx, name, mounted=True)
+
+
+def registered(ctx: Context, name: str) -> Segment:
+    """A mount's second step: the entry the registry holds now (its generation)."""
     segment = read_segments(ctx).get(name)
-    if segment is None or not segment.mounted:  # an unmount started meanwhile: it wins
-        _set_flags(ctx, name, mounted=False)
+    if segment is None or not segment.mounted:
         raise SegmentUnmounting(f"segment {name} was unmounted while it was being mounted")
-    _capacity_changed(ctx)
     return segment
+
+
+def flag_mounted(ctx: Context, segment: Segment) -> None:
+    """A mount's last step: the flags of the segment's generation in every shard. An
+    unmount of that generation that got there first wins: its tombstones refuse them."""
+    if not _set_flags(ctx, segment.name, True, segment.mounted_ms):
+        raise SegmentUnmounting(f"segment {segment.name} was unmounted while it was being "
+                                "mounted")
 
 
 def heartbeat(ctx: Context, name: str) -> None:
@@ -101,11 +120,12 @@ def unmount(ctx: Context, name: str, max_nodes: int | None = None,
     reply = _registry(ctx, "unmount", name)
     if reply == "ABSENT":
         raise SegmentNotMounted(f"segment {name} is not registered")
-    _set_flags(ctx, name, mounted=False)
+    generation, stored_cursors = reply
+    _set_flags(ctx, name, False, int(generation))
     _capacity_changed(ctx)
     report = UnmountReport(name)
     clients = primaries(ctx.client)
-    cursors = reply.split(";") if reply else []
+    cursors = stored_cursors.split(";") if stored_cursors else []
     if len(cursors) != len(clients):  # first call, or the cluster changed: start over
         cursors = ["0"] * len(clients)
     for number, client in enumerate(clients):
@@ -168,17 +188,19 @@ def _sweep(ctx: Context, name: str, node_keys: list[str], report: UnmountReport)
     cascade(ctx, intents)
 
 
-def _set_flags(ctx: Context, name: str, mounted: bool) -> None:
+def _set_flags(ctx: Context, name: str, mounted: bool, generation: int) -> bool:
+    """Set (mount) or clear (unmount) the segment's flag in every shard, for the mount of
+    this generation (lua/segment_flag.lua); False if a mount was refused in any shard (an
+    unmount of this generation got there first)."""
     batch = ctx.batch()
     for shard in ctx.all_shards():
-        stats = ctx.schema.shard_keys(shard).stats
-        if mounted:
-            batch.command("HSET", stats, f"m:{name}", 1, retry_safe=True)
-        else:
-            batch.command("HDEL", stats, f"m:{name}", retry_safe=True)
-    for reply in batch.execute():
+        batch.call(ctx.scripts["segment_flag"], [ctx.schema.shard_keys(shard).stats],
+                   ["mount" if mounted else "unmount", name, generation], retry_safe=True)
+    replies = batch.execute()
+    for reply in replies:
         if isinstance(reply, MooncakeRedisError):
             raise reply
+    return all(int(reply) for reply in replies)
 
 
 def _capacity_changed(ctx: Context) -> None:
@@ -188,11 +210,11 @@ def _capacity_changed(ctx: Context) -> None:
     rebalance(ctx)
 
 
-def _registry(ctx: Context, operation: str, name: str, *args: object) -> str:
+def _registry(ctx: Context, operation: str, name: str, *args: object) -> Any:
     batch = ctx.batch()
     batch.call(ctx.scripts["segment"], [ctx.schema.segments], [operation, name, *args],
                retry_safe=operation in ("unmount", "progress", "done", "heartbeat"))
     (reply,) = batch.execute()
     if isinstance(reply, MooncakeRedisError):
         raise reply
-    return str(reply)
+    return reply if isinstance(reply, list) else str(reply)

@@ -3,6 +3,7 @@ the segment whatever a writer does at any point of it, and survive being cut sho
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -220,6 +221,79 @@ def test_a_put_at_any_point_of_an_unmount_leaves_no_replica_on_it(
         assert_consistent(index)
         at += 1
     assert {"_registry:unmount", "_set_flags", "_sweep", "_registry:done"} <= set(orders[0])
+
+
+def flags_of(index: Index, segment: str) -> set[str]:
+    """The shards whose stats hold the segment's mounted flag."""
+    batch = index.ctx.batch()
+    for shard in index.ctx.all_shards():
+        batch.command("HEXISTS", index.ctx.schema.shard_keys(shard).stats, f"m:{segment}")
+    return {shard for shard, flag in zip(index.ctx.all_shards(), batch.execute()) if flag}
+
+
+def test_a_remount_racing_an_unmount_never_leaves_a_flag_behind(
+        make_index: IndexFactory) -> None:
+    """A remount's three steps (registry, read of its generation, flags) against an
+    unmount of the same segment, at every choice of points among the unmount's steps. The
+    flags and the registry must agree at the end: every shard flagged iff the segment is
+    mounted, so no put lands a replica on a segment whose sweep has passed. Without the
+    generation guard (lua/segment_flag.lua) flags read before the unmount and written
+    after it outlive it: this test fails."""
+    steps: list[str] = []
+    probe = make_index(namespace="probe")
+    probe.mount_segment(SEGMENT, 1 << 20)
+    with hooks(steps.append):
+        probe.unmount_segment(SEGMENT)
+    points = range(len(steps) + 1)  # before each step, and after the last
+    for at in itertools.combinations_with_replacement(points, 3):
+        index = make_index(namespace="race" + "-".join(map(str, at)))
+        index.mount_segment(SEGMENT, 1 << 20)
+        index.put_start(f"{A}_0_k", 1, replicas=[(SEGMENT, "a")])
+        outcome: list[Any] = []
+        busy: list[bool] = []  # the remount's own calls pass the hooks unseen
+
+        def remount_step(index: Index = index, outcome: list[Any] = outcome,
+                         busy: list[bool] = busy) -> None:
+            busy.append(True)
+            try:
+                if not outcome:
+                    segments_module.register(index.ctx, SEGMENT, 2 << 20, remount=True)
+                    outcome.append("registered")
+                elif outcome[-1] == "registered":
+                    outcome.append(segments_module.registered(index.ctx, SEGMENT))
+                elif isinstance(outcome[-1], segments_module.Segment):
+                    segments_module.flag_mounted(index.ctx, outcome[-1])
+                    outcome.append("flagged")
+            except SegmentUnmounting:
+                outcome.append("refused")
+            finally:
+                busy.pop()
+
+        seen: list[str] = []
+
+        def before(step: str, at: tuple[int, ...] = at, seen: list[str] = seen,
+                   outcome: list[Any] = outcome, busy: list[bool] = busy) -> None:
+            if busy:
+                return
+            for point in at[len(outcome):]:
+                if point == len(seen) and outcome[-1:] != ["refused"]:
+                    remount_step()
+            seen.append(step)
+
+        with hooks(before):
+            assert index.unmount_segment(SEGMENT).done
+        while outcome[-1:] not in (["refused"], ["flagged"]):
+            remount_step()
+        mounted = SEGMENT in read_mounted(index)
+        assert flags_of(index, SEGMENT) == (set(index.ctx.all_shards()) if mounted
+                                            else set()), (at, outcome, seen)
+        assert replicas_on(index, SEGMENT) == [], at
+        put = index.batch_put_start([(f"{B}_0_k", 1, None, [(SEGMENT, "b")])])[0]
+        assert put.ok == mounted, (at, outcome, put)
+
+
+def read_mounted(index: Index) -> set[str]:
+    return {name for name, s in segments_module.read_segments(index.ctx).items() if s.mounted}
 
 
 CRASHING_UNMOUNT = """
