@@ -7,6 +7,7 @@ import random
 import time
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from mooncake_redis.sim.eviction_heap import EvictionHeap
 from mooncake_redis.sim.page_index import PageIndex
@@ -51,19 +52,46 @@ class OrphanMeter:
 
 
 @dataclass
-class ReplayCounters:
-    """What one replay counted and timed, request by request."""
+class RequestCounters:
+    """What every replay counts, request by request: in process (ReplayCounters) and on
+    the service (service_replay.ServiceCounters)."""
 
     requests: int = 0
     requested_pages: int = 0
     hits: int = 0
+    """Pages of the chain cached whole, wherever they sit in it."""
     usable_hits: int = 0
+    """Pages of the chain's cached leading run: what an engine reuses."""
     pages_stored: int = 0
     pages_not_stored: int = 0
+    """Pages left out for space even after evicting (the request is served uncached)."""
     evicted_pages: int = 0
     orphaned_page_requests: int = 0
     """Sum over requests of the orphans left after each: their mean is this over requests."""
     peak_orphaned_pages: int = 0
+
+    def row_fields(self, orphans: int, page_bytes: int) -> dict[str, Any]:
+        """The fields of a results row these counts make, with `orphans` pages orphaned
+        at the end."""
+        requested = max(1, self.requested_pages)
+        return {
+            "requests": self.requests, "requested_pages": self.requested_pages,
+            "hits": self.hits, "hit_rate": self.hits / requested,
+            "usable_hits": self.usable_hits,
+            "usable_prefix_hit_rate": self.usable_hits / requested,
+            "pages_stored": self.pages_stored, "pages_not_stored": self.pages_not_stored,
+            "evicted_pages": self.evicted_pages,
+            "orphaned_pages": orphans, "orphaned_bytes": orphans * page_bytes,
+            "mean_orphaned_pages": self.orphaned_page_requests / max(1, self.requests),
+            "peak_orphaned_pages": self.peak_orphaned_pages,
+            "peak_orphaned_bytes": self.peak_orphaned_pages * page_bytes,
+        }
+
+
+@dataclass
+class ReplayCounters(RequestCounters):
+    """What one replay counted and timed, request by request."""
+
     lookup_ns: list[int] = field(default_factory=list)
     """Per request: the whole chain's lookup."""
     eviction_ns: list[int] = field(default_factory=list)

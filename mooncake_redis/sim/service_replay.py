@@ -29,7 +29,7 @@ from mooncake_redis.prefix import SHARD_COUNT
 from mooncake_redis.settings import Settings
 from mooncake_redis.sim.eviction_feed import EventFeed, events_cap
 from mooncake_redis.sim.kv_layout import KV_SUFFIXES
-from mooncake_redis.sim.page_replay import OrphanMeter
+from mooncake_redis.sim.page_replay import OrphanMeter, RequestCounters
 from mooncake_redis.sim.page_trace import ServicePages
 
 MODES: dict[str, bool] = {"radix": True, "lease": False}
@@ -118,26 +118,13 @@ def take_census(index: Index, layout: PageLayout, pages: ServicePages) -> Census
 
 
 @dataclass
-class ServiceCounters:
-    """What one replay counted, request by request and job by job."""
+class ServiceCounters(RequestCounters):
+    """What one replay counted, request by request and job by job (peak orphans: after
+    any request or eviction job)."""
 
-    requests: int = 0
-    requested_pages: int = 0
-    hits: int = 0
-    """Pages of the chain stored whole, wherever they sit in it."""
-    usable_hits: int = 0
-    """Pages of the chain's stored leading run: what an engine reuses."""
-    pages_stored: int = 0
-    pages_not_stored: int = 0
-    """Pages left out for space even after evicting (the request is served uncached)."""
     eviction_jobs: int = 0
-    evicted_pages: int = 0
     evicted_objects: int = 0
     evicted_bytes: int = 0
-    orphaned_page_requests: int = 0
-    """Sum over requests of the orphans left after each."""
-    peak_orphaned_pages: int = 0
-    """After any request or eviction job."""
 
 
 @dataclass

@@ -135,28 +135,13 @@ def run_trace_one(trace: PageTrace, index_name: str, policy_name: str, fraction:
     replay = replay_pages(trace, index_name, policy_name, capacity, settings)
     seconds = time.perf_counter() - started
     counters = replay.counters
-    requested = max(1, counters.requested_pages)
-    orphans = replay.orphans.orphans
     return TraceRunMetrics(
         index=index_name,
         policy=policy_name,
         capacity_fraction=fraction,
         capacity_pages=capacity,
-        requests=counters.requests,
-        requested_pages=counters.requested_pages,
-        hits=counters.hits,
-        hit_rate=counters.hits / requested,
-        usable_hits=counters.usable_hits,
-        usable_prefix_hit_rate=counters.usable_hits / requested,
-        pages_stored=counters.pages_stored,
-        pages_not_stored=counters.pages_not_stored,
-        evicted_pages=counters.evicted_pages,
-        orphaned_pages=orphans,
-        orphaned_bytes=orphans * settings.page_bytes,
-        mean_orphaned_pages=counters.orphaned_page_requests / max(1, counters.requests),
-        peak_orphaned_pages=counters.peak_orphaned_pages,
-        peak_orphaned_bytes=counters.peak_orphaned_pages * settings.page_bytes,
-        lookup_ns_per_page=sum(counters.lookup_ns) / requested,
+        **counters.row_fields(replay.orphans.orphans, settings.page_bytes),
+        lookup_ns_per_page=sum(counters.lookup_ns) / max(1, counters.requested_pages),
         lookup_p99_ns=percentile(counters.lookup_ns, 0.99),
         eviction_mean_ns=mean(counters.eviction_ns),
         eviction_p99_ns=percentile(counters.eviction_ns, 0.99),
