@@ -53,6 +53,11 @@ def read_shards(ctx: Context) -> list[ShardUsage]:
             in zip(ctx.all_shards(), batch.execute())]
 
 
+def used_bytes(ctx: Context) -> int:
+    """The namespace's used bytes alone (what eviction re-reads between rounds)."""
+    return sum(shard.used_bytes for shard in read_shards(ctx))
+
+
 def read_segments(ctx: Context) -> dict[str, Segment]:
     return parse_registry(ctx.read("HGETALL", ctx.schema.segments))
 

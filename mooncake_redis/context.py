@@ -130,7 +130,8 @@ class Context:
     """One namespace as one client process sees it."""
 
     def __init__(self, client: Any, namespace: str, options: ClientOptions,
-                 stored: Mapping[str, str], token: str | None = None):
+                 stored: Mapping[str, str], segments: Mapping[str, str],
+                 token: str | None = None):
         self.client = client
         self.schema = KeySchema(namespace)
         self.scripts = shared_scripts(shebang=not is_in_process(client))
@@ -138,7 +139,7 @@ class Context:
         self.executor = Executor(client, self.scripts.all, Policy(
             options.cluster_retries, options.cluster_retry_backoff_ms, options.wait_replicas,
             options.wait_timeout_ms))
-        self.segments: dict[str, Segment] = parse_registry(client.hgetall(self.schema.segments))
+        self.segments: dict[str, Segment] = parse_registry(segments)
         """The segment registry as last read (with the settings)."""
         self._apply_settings(settings_from(stored))
         self._settings_read_at = time.monotonic()
@@ -162,7 +163,10 @@ class Context:
         options = options_from({**env_options, **arg_options})
         client = decoding(client)
         schema = KeySchema(namespace)
-        stored = client.hgetall(schema.settings)
+        pipe = client.pipeline(transaction=False)
+        pipe.hgetall(schema.settings)
+        pipe.hgetall(schema.segments)
+        stored, segments = pipe.execute()
         current = settings_from(stored)
         for name, value in given.items():
             if name in stored and getattr(current, name) != value:
@@ -182,7 +186,7 @@ class Context:
             pipe.execute()
             stored = client.hgetall(schema.settings)
         warn_if_redis_evicts(client)
-        return cls(client, namespace, options, stored, token)
+        return cls(client, namespace, options, stored, segments, token)
 
     # -- settings ------------------------------------------------------------------------
 
@@ -203,8 +207,15 @@ class Context:
         return self._settings
 
     def reload_settings(self) -> Settings:
-        stored = self.read("HGETALL", self.schema.settings)
-        self.segments = parse_registry(self.read("HGETALL", self.schema.segments))
+        """Read the settings and the segment registry again (one round trip)."""
+        batch = self.executor.batch()
+        batch.command("HGETALL", self.schema.settings)
+        batch.command("HGETALL", self.schema.segments)
+        stored, segments = batch.execute()
+        for reply in (stored, segments):
+            if isinstance(reply, Exception):
+                raise reply
+        self.segments = parse_registry(segments)
         try:
             self._apply_settings(settings_from(stored))
         except ConfigurationError as error:  # keep working with what we had; say so once

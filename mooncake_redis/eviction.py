@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .admission import rebalance, usage
+from .admission import rebalance, used_bytes
 from .context import Context
 from .errors import InvalidArgument, MooncakeRedisError
 from .executor import raise_first_error, score_pairs
@@ -199,7 +199,7 @@ class Evictor:
              max_rounds: int | None,
              on_round: Callable[[EvictionReport], None] | None) -> None:
         ctx, settings = self.ctx, self.ctx.settings
-        report.used_bytes = report.start_used_bytes = usage(ctx).used_bytes
+        report.used_bytes = report.start_used_bytes = used_bytes(ctx)
         target = self._target_bytes(target_ratio)
         if target is None:
             report.stopped = NO_CAPACITY
@@ -245,7 +245,7 @@ class Evictor:
             report.rounds += 1
             report.used_bytes -= freed_bytes
             if report.rounds % USAGE_REREAD_ROUNDS == 0 or report.used_bytes <= target:
-                report.used_bytes = usage(self.ctx).used_bytes  # puts meanwhile count too
+                report.used_bytes = used_bytes(self.ctx)  # puts meanwhile count too
             if on_round is not None:
                 on_round(report)
         if report.used_bytes <= target:

@@ -17,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from redis.exceptions import RedisClusterException
 
-from .admission import read_segments, read_shards, segment_usage
+from .admission import read_shards, segment_usage
 from .context import Context
 from .errors import MooncakeRedisError
 from .eviction import EvictionReport, job_observers
@@ -107,9 +107,8 @@ class NamespaceCollector(Collector):
             try:
                 shards = read_shards(ctx)
                 plain, soft = count_leaves(ctx)
-                segments = segment_usage(ctx, read_segments(ctx))
-                ctx.reload_settings()  # a scrape shows the capacity segments make now
-                settings = ctx.settings
+                settings = ctx.reload_settings()  # the capacity the segments make now
+                segments = segment_usage(ctx, ctx.segments)
             except (redis.RedisError, RedisClusterException, MooncakeRedisError) as error:
                 log.warning("metrics: namespace %s unavailable: %s", namespace, error)
                 up.add_metric([namespace], 0)
