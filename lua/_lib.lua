@@ -84,15 +84,16 @@ end
 
 -- The shard's stats: read when first needed, written once by finish().
 local stats_read = false
-local s_used, s_objects, s_nodes, s_writes, s_fences, s_limit = 0, 0, 0, 0, 0, nil
+local s_used, s_objects, s_nodes, s_writes, s_fences, s_limit, s_shells = 0, 0, 0, 0, 0, nil, 0
 local d_used, d_objects, d_nodes, d_fences, d_shells = 0, 0, 0, 0, 0
 
 local function read_stats()
   if not stats_read then
     local v = redis.call('HMGET', STATS, 'used_bytes', 'objects', 'nodes', 'writes', 'fences',
-      'limit')
+      'limit', 'shells')
     s_used, s_objects, s_nodes = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
     s_writes, s_fences, s_limit = tonumber(v[4]) or 0, tonumber(v[5]) or 0, tonumber(v[6])
+    s_shells = tonumber(v[7]) or 0
     stats_read = true
   end
 end
@@ -346,20 +347,22 @@ local function finish()
   for segment, delta in pairs(seg_delta) do
     if delta ~= 0 then redis.call('HINCRBY', STATS, 'su:' .. segment, delta) end
   end
-  if d_shells ~= 0 then redis.call('HINCRBY', STATS, 'shells', d_shells) end
-  if not wrote and d_used == 0 and d_objects == 0 and d_nodes == 0 and d_fences == 0 then
+  if not wrote and d_used == 0 and d_objects == 0 and d_nodes == 0 and d_fences == 0 and
+      d_shells == 0 then
     return
   end
   if stats_read then
     redis.call('HSET', STATS, 'used_bytes', num(s_used + d_used),
       'objects', num(s_objects + d_objects), 'nodes', num(s_nodes + d_nodes),
-      'fences', num(s_fences + d_fences), 'writes', num(s_writes + 1))
+      'fences', num(s_fences + d_fences), 'shells', num(s_shells + d_shells),
+      'writes', num(s_writes + 1))
     return
   end
   if d_used ~= 0 then redis.call('HINCRBY', STATS, 'used_bytes', d_used) end
   if d_objects ~= 0 then redis.call('HINCRBY', STATS, 'objects', d_objects) end
   if d_nodes ~= 0 then redis.call('HINCRBY', STATS, 'nodes', d_nodes) end
   if d_fences ~= 0 then redis.call('HINCRBY', STATS, 'fences', d_fences) end
+  if d_shells ~= 0 then redis.call('HINCRBY', STATS, 'shells', d_shells) end
   redis.call('HINCRBY', STATS, 'writes', 1)
 end
 
