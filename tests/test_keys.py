@@ -72,7 +72,7 @@ def test_a_write_leaves_exactly_the_pinned_keys_and_fields(redis_url: str) -> No
     assert child_fields["o:_0_k"].endswith(f",0,{index.ctx.token}")
     assert index.client.hgetall("gold:{0b}:stats") == {"used_bytes": "20", "objects": "1",
                                                        "nodes": "1", "fences": "0",
-                                                       "writes": "2"}
+                                                       "shells": "0", "writes": "2"}
     assert index.client.zrange("gold:{0b}:leaves", 0, -1) == [child]
 
 
