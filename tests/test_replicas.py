@@ -151,18 +151,30 @@ def test_upsert_refuses_another_writers_unfinished_put(store: Index,
 
 
 def test_a_soft_pin_lapses_soft_pin_ttl_after_the_lease_ends(make_index: IndexFactory) -> None:
-    index = make_index(lease_ttl_ms=0, soft_pin_ttl_ms=300, allow_soft_pin_eviction=False)
+    """Deterministic on a loaded machine: first a TTL no run can outlast (the pin holds),
+    then a TTL of 1 ms, and the second job runs only once Redis's own clock has passed the
+    lease end plus that TTL (waiting on Redis time, not on a wall-clock window)."""
+    index = make_index(lease_ttl_ms=0, soft_pin_ttl_ms=3_600_000, allow_soft_pin_eviction=False)
     index.put_start(f"{A}_0_k", 10, soft_pin=True)
     index.put_end(f"{A}_0_k")
     index.put_start(f"{B}_0_k", 10, hard_pin=True)
     index.put_end(f"{B}_0_k")
     assert index.evict(target_ratio=0).objects == 0  # pinned: not yet
     assert node_fields(index, A)
-    time.sleep(0.4)
+    index.set_config(soft_pin_ttl_ms=1)
+    info = index.object_info(f"{A}_0_k")
+    assert info is not None
+    wait_for_redis_time(index, info.lease_ms + 2)
     report = index.evict(target_ratio=0)
     assert report.objects == 1 and not node_fields(index, A)
     assert node_fields(index, B)  # a hard pin never lapses
     assert_consistent(index)
+
+
+def wait_for_redis_time(index: Index, ms: int) -> None:
+    """Return once Redis TIME has reached `ms` (a few ms here: the clock only moves on)."""
+    while index.ctx.redis_time_ms() < ms:
+        time.sleep(0.001)
 
 
 def test_soft_pins_never_lapse_with_a_ttl_of_zero(make_index: IndexFactory) -> None:
