@@ -329,6 +329,14 @@ def test_blocks_whose_hash_covers_more_than_tokens_get_no_token_hash(index: Inde
     assert pods_for_tokens(index, PROMPT, BLOCK) == []
 
 
+def test_token_hashes_can_be_left_out(index: Index) -> None:
+    pod = PodWriter(index, "pod-a", token_hashes=False)
+    applied = pod.apply(decode_batch(encode_batch(stored(CHAIN))))
+    assert (applied.stored, applied.without_token_hash) == (5, 0)
+    assert index.usage().objects == 5 and pods_for_tokens(index, PROMPT, BLOCK) == []
+    assert pods_for_prefix(index, CHAIN) == [("pod-a", 5)]
+
+
 # -- ZMQ: the publisher and its replay socket ----------------------------------------------
 
 
@@ -556,6 +564,9 @@ def test_ingest_and_pods_commands(redis_url: str, capsys: pytest.CaptureFixture[
         code = main(["--url", redis_url, "--namespace", "vllm", "ingest", "--zmq",
                      publisher.endpoint, "--pod", "pod-a", "--topic", "kv", "--max-batches",
                      "2", "--log-every", "1"])
+        assert main(["--url", redis_url, "--namespace", "vllm-hashes-only", "ingest", "--zmq",
+                     publisher.endpoint, "--pod", "pod-a", "--topic", "kv", "--max-batches",
+                     "1", "--no-token-hashes"]) == 0
     finally:
         done.set()
         sender.join()
@@ -580,6 +591,10 @@ def test_ingest_and_pods_commands(redis_url: str, capsys: pytest.CaptureFixture[
     assert main(["--url", redis_url, "--namespace", "vllm", "pods", "--tokens",
                  "--block-size", str(BLOCK), *tokens]) == 0
     assert capsys.readouterr().out == "pod-a\t3/4\n"
+    for by in (hashes, ["--tokens", "--block-size", str(BLOCK), *tokens]):
+        assert main(["--url", redis_url, "--namespace", "vllm-hashes-only", "pods", *by]) == \
+            (0 if by is hashes else 1)
+    assert Index.from_url(redis_url, namespace="vllm-hashes-only").usage().objects == 3
 
 
 @pytest.mark.parametrize("argv", [["pods"],

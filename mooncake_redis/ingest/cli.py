@@ -81,7 +81,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     check_pod_name(args.pod)
     configure_logging(args.log_level)
     index = open_index(args, token=writer_token(args.pod))
-    writer = PodWriter(index, args.pod)
+    writer = PodWriter(index, args.pod, token_hashes=not args.no_token_hashes)
     position = index.ctx.schema.ingest_position(args.pod)
     if args.reset:
         log.info("--reset: removed %d objects of pod %s", writer.clear(), args.pod)
@@ -178,6 +178,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="first remove every block recorded for the pod and forget "
                              "where its last run stopped (when the engine restarted while "
                              "the ingester was down)")
+    ingest.add_argument("--no-token-hashes", action="store_true",
+                        help="record blocks under vLLM's hashes only, not also under their "
+                             "token hashes (half the writes; `pods --tokens` then does not "
+                             "find this pod's blocks)")
     ingest.add_argument("--max-batches", type=at_least(1), default=None,
                         help="stop after applying N batches (default: run until stopped)")
     ingest.add_argument("--log-level", choices=LEVELS, default="INFO", type=str.upper)

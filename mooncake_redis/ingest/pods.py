@@ -156,9 +156,12 @@ class PodWriter:
     """Applies one pod's KV event batches to an index: one batch of writes per batch of
     events, whatever its size."""
 
-    def __init__(self, index: Index, pod: str):
+    def __init__(self, index: Index, pod: str, token_hashes: bool = True):
+        """token_hashes=False: record blocks under vLLM's hashes only (half the writes; the
+        pod's blocks are then not found by pods_for_tokens)."""
         self.index = index
         self.pod = check_pod_name(pod)
+        self.token_hashes = token_hashes
         self._registered: set[str] = set()
         self._token_cache: OrderedDict[str, int] = OrderedDict()
         sample = prefix_hash_of(0)
@@ -229,8 +232,8 @@ class PodWriter:
                 size = event.block_size
                 for i, block_hash in enumerate(event.block_hashes):
                     prefix_hash = prefix_hash_of(block_hash)
-                    tokens = event.token_ids[i * size:(i + 1) * size] if event.tokens_only \
-                        else None
+                    tokens = event.token_ids[i * size:(i + 1) * size] \
+                        if event.tokens_only and self.token_hashes else None
                     self._last(changes, object_key(prefix_hash, holder),
                                _Store(holder, prefix_hash, parent, tokens))
                     parent = prefix_hash
@@ -259,7 +262,8 @@ class PodWriter:
         wanted += [(c.holder, c.prefix_hash) for c in removes]
         known = self._known_token_hashes(wanted)
         pending = [c for c in stores if c.tokens is not None]
-        applied.without_token_hash += len(stores) - len(pending)
+        if self.token_hashes:
+            applied.without_token_hash += len(stores) - len(pending)
         while pending:  # parents first (a batch may store a parent again after its child)
             waiting = []
             for change in pending:
