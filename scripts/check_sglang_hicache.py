@@ -62,7 +62,7 @@ problems: list[str] = []
 
 
 def check(ok: bool, what: str) -> None:
-    print(("ok      " if ok else "MISMATCH ") + what)
+    print(("ok       " if ok else "MISMATCH ") + what)
     if not ok:
         problems.append(what)
 
