@@ -16,9 +16,11 @@ port (or --url):
 2. starts `mooncake-redis ingest --zmq ... --replay ... --topic ... --pod vllm-0` as a
    process, which must find those batches in the replay buffer;
 3. publishes more: group 1 removing a block that group 0 keeps, a REMOTE store, a chain
-   continued in a later batch, then waits until the ingester applied every batch;
-4. checks the tree with pods_for_prefix (vLLM's hashes), pods_for_tokens (the tokens
-   alone) and the ingester's counters, and stops it with SIGTERM.
+   continued in a later batch, waits until the ingester applied every batch, and checks
+   the tree with pods_for_prefix (vLLM's hashes) and pods_for_tokens (the tokens alone);
+4. restarts the engine's publisher (a new ZmqEventPublisher on the same endpoints, its
+   sequence from 0 again) and checks that the pod holds only what the new run stored;
+   then stops the ingester with SIGTERM and checks its counters.
 
 Prints what it did; exit 1 on a mismatch.
 """
@@ -168,6 +170,24 @@ def counters(log: Path) -> dict[str, int]:
     return {name: int(value) for name, value in re.findall(r"(\w+) (\d+)", tail)}
 
 
+def wait_for(log: Path, ingester: subprocess.Popen[bytes], expected: int, publish: Any,
+             restarted: bool = False) -> int:
+    """Until the ingester applied `expected` batches (after a restart of the publisher,
+    counted as one); a batch published before it subscribed is shown by an empty batch
+    (a gap it asks the replay socket for). Returns how many it must have applied."""
+    end = time.monotonic() + DEADLINE_S
+    while time.monotonic() < end and ingester.poll() is None:
+        done = batches_applied(log) >= expected and \
+            (not restarted or counters(log).get("restarts") == 1)
+        if done:
+            break
+        time.sleep(2.0)
+        if batches_applied(log) < expected:
+            publish()
+            expected += 1
+    return expected
+
+
 # -- the scenario --------------------------------------------------------------------------
 
 
@@ -210,13 +230,18 @@ def run(kv_events: Any, url: str) -> None:
         publish(kv_events.BlockRemoved(block_hashes=[chain[3]], medium="GPU", group_idx=1))
         publish(stored([0x7B00_0000_0000_0000], None, tokens(5000, 1), locality="REMOTE"))
         publish(stored(chain[4:], chain[3], prompt[4 * BLOCK_SIZE:], group_idx=0))
-        expected = 6
-        while batches_applied(log) < expected and time.monotonic() < end \
-                and ingester.poll() is None:
-            time.sleep(2.0)
-            if batches_applied(log) < expected:  # published before it subscribed: an empty
-                publish()  # batch shows the gap, which it asks the replay socket for
-                expected += 1
+        expected = wait_for(log, ingester, 6, publish)
+        index = Index.from_url(url, NAMESPACE)
+        before_restart = {"by_hash": pods_for_prefix(index, chain),
+                          "by_tokens": pods_for_tokens(index, prompt, BLOCK_SIZE),
+                          "sha": pods_for_prefix(index, sha),
+                          "remote": pods_for_prefix(index, [0x7B00_0000_0000_0000])}
+        # 4. the engine restarts: a new publisher on the same endpoints counts from 0 again
+        publisher.shutdown()
+        publisher = kv_events.ZmqEventPublisher(0, f"tcp://*:{port}", f"tcp://*:{replay_port}",
+                                                topic=TOPIC)
+        publish(stored(chain[:1], None, prompt[:BLOCK_SIZE], group_idx=0))
+        expected = wait_for(log, ingester, expected + 1, publish, restarted=True)
     finally:
         ingester.send_signal(signal.SIGTERM)
         ingester.wait(DEADLINE_S)
@@ -232,19 +257,26 @@ def run(kv_events: Any, url: str) -> None:
     print(f"         {batches_applied(log) - seen.get('replayed', 0)} batches came on vLLM's PUB "
           f"socket; {seen.get('gaps')} gaps were filled from its replay socket; "
           f"{seen.get('duplicates')} duplicates skipped")
-    check(seen.get("restarts") == 0 and seen.get("bad_events") == 0,
-          f"no restart, no bad event: {seen}")
+    check(seen.get("restarts") == 1 and seen.get("cleared", 0) > 0,
+          f"the publisher's restart cleared the pod (restarts {seen.get('restarts')}, cleared "
+          f"{seen.get('cleared')} objects)")
+    check(seen.get("bad_events") == 0 and seen.get("bad_batches") == 0, "no bad event")
     check(seen.get("remote") == 1, f"the REMOTE store was not recorded (remote "
                                    f"{seen.get('remote')})")
+    before = before_restart
+    check(before["by_hash"] == [(POD, 6), (f"{POD}/g1", 3)],
+          f"before the restart, pods_for_prefix(vLLM's hashes): {before['by_hash']} (group 1 "
+          "dropped block 3, group 0 kept it)")
+    check(before["by_tokens"] == [(POD, 6), (f"{POD}/g1", 3)],
+          f"before the restart, pods_for_tokens(the prompt's tokens alone): "
+          f"{before['by_tokens']}")
+    check(before["sha"] == [(POD, 3)], "the sha256 chain was indexed")
+    check(before["remote"] == [], "nothing for the REMOTE block")
     index = Index.from_url(url, NAMESPACE)
-    by_hash = pods_for_prefix(index, chain)
-    check(by_hash == [(POD, 6), (f"{POD}/g1", 3)],
-          f"pods_for_prefix(vLLM's hashes): {by_hash} (group 1 dropped block 3, group 0 kept it)")
-    by_tokens = pods_for_tokens(index, prompt, BLOCK_SIZE)
-    check(by_tokens == [(POD, 6), (f"{POD}/g1", 3)],
-          f"pods_for_tokens(the prompt's tokens alone): {by_tokens}")
-    check(pods_for_prefix(index, sha) == [(POD, 3)], "the sha256 chain is indexed")
-    check(pods_for_prefix(index, [0x7B00_0000_0000_0000]) == [], "nothing for the REMOTE block")
+    after = (pods_for_prefix(index, chain), pods_for_tokens(index, prompt, BLOCK_SIZE),
+             pods_for_prefix(index, sha))
+    check(after == ([(POD, 1)], [(POD, 1)], []),
+          f"after the restart, only what the new run stored: {after}")
 
 
 def main() -> int:
