@@ -27,6 +27,7 @@ from vllm_wire import (
 
 from mooncake_redis import Index
 from mooncake_redis.cli import main
+from mooncake_redis.errors import InvalidArgument
 from mooncake_redis.ingest import cli as ingest_cli
 from mooncake_redis.ingest.feed import Feed, digest
 from mooncake_redis.ingest.ingester import Ingester, stored_position
@@ -327,6 +328,15 @@ def test_blocks_whose_hash_covers_more_than_tokens_get_no_token_hash(index: Inde
     assert (applied.stored, applied.without_token_hash) == (2, 2)
     assert pods_for_prefix(index, CHAIN) == [("pod-a", 2)]
     assert pods_for_tokens(index, PROMPT, BLOCK) == []
+
+
+@pytest.mark.parametrize(("tokens", "block_size"), [
+    ("abcd", 2), ([1, -1], 2), ([1, 1 << 32], 2), ([1.5, 2], 2), ([1, 2], 0), ([1, 2], True),
+])
+def test_bad_token_queries_are_refused(index: Index, tokens: object, block_size: object
+                                       ) -> None:
+    with pytest.raises(InvalidArgument):
+        pods_for_tokens(index, tokens, block_size)  # type: ignore[arg-type]
 
 
 def test_token_hashes_can_be_left_out(index: Index) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import re
+import struct
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
@@ -413,14 +414,15 @@ def pods_for_tokens(index: Index, token_ids: Sequence[int], block_size: int
     """pods_for_prefix for a prompt given by its token ids: its whole blocks of block_size
     tokens (the engine's block size), by their token hashes (ingest.tokens), so a router
     needs neither the engine's hashing code nor its seed. The same round trips."""
-    if isinstance(token_ids, (str, bytes)) or not all(
-            isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 1 << 32
-            for t in token_ids):
-        raise InvalidArgument("pods_for_tokens takes a sequence of token ids (ints of 0 to "
-                              "2**32 - 1)")
-    if not isinstance(block_size, int) or block_size <= 0:
+    if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size <= 0:
         raise InvalidArgument(f"block_size must be a positive int, got {block_size!r}")
-    hashes = token_block_hashes(token_ids, block_size)
+    try:
+        if isinstance(token_ids, (str, bytes)):
+            raise TypeError
+        hashes = token_block_hashes(token_ids, block_size)  # packing checks each token
+    except (TypeError, struct.error):
+        raise InvalidArgument("pods_for_tokens takes a sequence of token ids (ints of 0 to "
+                              "2**32 - 1)") from None
     return _holders_of_chain(index, [token_prefix_hash(h) for h in hashes])
 
 
