@@ -13,7 +13,7 @@ running, pass evict_inline=False and leave it to them).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .byte_store import FileByteStore, Released
@@ -82,39 +82,63 @@ class FileDataPlane:
     # -- writing -------------------------------------------------------------------------
 
     def put(self, pages: Sequence[Page]) -> list[bool]:
-        """Store pages (one batch_put_start and one batch_put_end round trip); per page,
-        whether it is stored now (True too when it was stored already). A page refused for
-        space gets one retry after an eviction job."""
-        replicas = {page.key: self.store.write(page.key, page.data) for page in pages}
+        """Store pages on this plane's store (see write); per page, whether it is stored
+        now (True too when it was stored already)."""
+        return [result.ok or isinstance(result.error, ObjectAlreadyExists)
+                for result in self.write(pages)]
+
+    def write(self, pages: Sequence[Page], *,
+              stores: Mapping[str, Sequence[FileByteStore]] | None = None,
+              soft_pin: bool = False, hard_pin: bool = False, upsert: bool = False
+              ) -> list[Result[None]]:
+        """Store pages: each page's bytes into a new file on each of its stores (a
+        replica each; stores maps a page key to them, default this plane's store), then
+        one batch_put_start (batch_upsert_start with upsert) and one batch_put_end round
+        trip. Per page its Result: ok, or the error that refused it; a refused page
+        leaves no file (ObjectAlreadyExists: stored already, by this or another writer).
+        A page refused for space gets one retry after an eviction job."""
+        placed = {page.key: list(stores[page.key]) if stores is not None else [self.store]
+                  for page in pages}
+        replicas: dict[str, list[Replica]] = {}
         try:
-            results = self._put_start(pages, replicas)
+            for page in pages:
+                replicas[page.key] = []
+                for store in placed[page.key]:
+                    replicas[page.key].append(store.write(page.key, page.data))
+            results = self._put_start(pages, replicas, soft_pin, hard_pin, upsert)
         except OutcomeUnknown:
             raise  # the objects may be stored, naming these files: keep them
         except BaseException:
-            for replica in replicas.values():
-                self.store.delete(replica.location)
+            self._delete(placed, replicas, replicas)
             raise
         full = [page for page in pages if isinstance(results[page.key].error, NoSpace)]
         if full and self.evict_inline:
             self.evict(self._room_for(full))
-            results.update(self._put_start(full, replicas))
-        stored = {key: result.ok for key, result in results.items()}
-        for key, result in results.items():
-            if not result.ok:  # refused: its file is ours alone
-                self.store.delete(replicas[key].location)
-                stored[key] = isinstance(result.error, ObjectAlreadyExists)
+            results.update(self._put_start(full, replicas, soft_pin, hard_pin, upsert))
+        self._delete(placed, replicas, [key for key, result in results.items() if not result.ok])
         finished = [key for key, result in results.items() if result.ok]
         for result in self.index.batch_put_end(finished):
-            stored[result.key] = result.ok  # a put_end refused: an event frees its file
+            if not result.ok:  # a put_end refused: an event frees its files
+                results[result.key] = result
         if self.evict_inline and self.index.usage().ratio > self.index.settings.high_watermark:
             self.evict()
-        return [stored[page.key] for page in pages]
+        return [results[page.key] for page in pages]
 
-    def _put_start(self, pages: Sequence[Page], replicas: Mapping[str, Replica]
-                   ) -> dict[str, Result[None]]:
-        results = self.index.batch_put_start(
-            [(page.key, len(page.data), page.parent, [replicas[page.key]]) for page in pages])
+    def _put_start(self, pages: Sequence[Page], replicas: Mapping[str, Sequence[Replica]],
+                   soft_pin: bool, hard_pin: bool, upsert: bool) -> dict[str, Result[None]]:
+        start = self.index.batch_upsert_start if upsert else self.index.batch_put_start
+        results = start([(page.key, len(page.data), page.parent, replicas[page.key])
+                         for page in pages], soft_pin=soft_pin, hard_pin=hard_pin)
         return {result.key: result for result in results}
+
+    @staticmethod
+    def _delete(placed: Mapping[str, Sequence[FileByteStore]],
+                replicas: Mapping[str, Sequence[Replica]], keys: Iterable[str]) -> None:
+        """Delete the files written for pages nobody stored (a refused page's files are
+        this writer's alone)."""
+        for key in keys:
+            for store, replica in zip(placed[key], replicas[key]):
+                store.delete(replica.location)
 
     def _room_for(self, pages: Sequence[Page]) -> float:
         """The eviction target that leaves room for these pages. Admission gives each of
