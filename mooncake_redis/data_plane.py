@@ -13,7 +13,7 @@ running, pass evict_inline=False and leave it to them).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .byte_store import FileByteStore, Released
@@ -91,71 +91,12 @@ class FileDataPlane:
               stores: Mapping[str, Sequence[FileByteStore]] | None = None,
               soft_pin: bool = False, hard_pin: bool = False, upsert: bool = False
               ) -> list[Result[None]]:
-        """Store pages: each page's bytes into a new file on each of its stores (a
-        replica each; stores maps a page key to them, default this plane's store), then
-        one batch_put_start (batch_upsert_start with upsert) and one batch_put_end round
-        trip. Per page its Result: ok, or the error that refused it; a refused page
-        leaves no file (ObjectAlreadyExists: stored already, by this or another writer).
-        A page refused for space gets one retry after an eviction job."""
-        placed = {page.key: list(stores[page.key]) if stores is not None else [self.store]
-                  for page in pages}
-        replicas: dict[str, list[Replica]] = {}
-        try:
-            for page in pages:
-                replicas[page.key] = []
-                for store in placed[page.key]:
-                    replicas[page.key].append(store.write(page.key, page.data))
-            results = self._put_start(pages, replicas, soft_pin, hard_pin, upsert)
-        except OutcomeUnknown:
-            raise  # the objects may be stored, naming these files: keep them
-        except BaseException:
-            self._delete(placed, replicas, replicas)
-            raise
-        full = [page for page in pages if isinstance(results[page.key].error, NoSpace)]
-        if full and self.evict_inline:
-            self.evict(self._room_for(full))
-            results.update(self._put_start(full, replicas, soft_pin, hard_pin, upsert))
-        self._delete(placed, replicas, [key for key, result in results.items() if not result.ok])
-        finished = [key for key, result in results.items() if result.ok]
-        for result in self.index.batch_put_end(finished):
-            if not result.ok:  # a put_end refused: an event frees its files
-                results[result.key] = result
-        if self.evict_inline and self.index.usage().ratio > self.index.settings.high_watermark:
-            self.evict()
-        return [results[page.key] for page in pages]
-
-    def _put_start(self, pages: Sequence[Page], replicas: Mapping[str, Sequence[Replica]],
-                   soft_pin: bool, hard_pin: bool, upsert: bool) -> dict[str, Result[None]]:
-        start = self.index.batch_upsert_start if upsert else self.index.batch_put_start
-        results = start([(page.key, len(page.data), page.parent, replicas[page.key])
-                         for page in pages], soft_pin=soft_pin, hard_pin=hard_pin)
-        return {result.key: result for result in results}
-
-    @staticmethod
-    def _delete(placed: Mapping[str, Sequence[FileByteStore]],
-                replicas: Mapping[str, Sequence[Replica]], keys: Iterable[str]) -> None:
-        """Delete the files written for pages nobody stored (a refused page's files are
-        this writer's alone)."""
-        for key in keys:
-            for store, replica in zip(placed[key], replicas[key]):
-                store.delete(replica.location)
-
-    def _room_for(self, pages: Sequence[Page]) -> float:
-        """The eviction target that leaves room for these pages. Admission gives each of
-        the SHARD_COUNT shards its usage plus an even share of the free space
-        (admission.py), so a shard takes k more pages only while the free space is at
-        least SHARD_COUNT times their bytes: with a capacity of a few thousand pages, the
-        usual target (high_watermark - eviction_ratio) may leave less than that."""
-        settings = self.index.settings
-        if not settings.capacity_bytes:
-            return settings.eviction_target_ratio
-        per_shard: dict[str, int] = {}
-        for page in pages:
-            shard = self.index.ctx.shard(self.index.ctx.split(page.key)[0])
-            per_shard[shard] = per_shard.get(shard, 0) + len(page.data)
-        need = SHARD_COUNT * max(per_shard.values(), default=0)
-        room = 1 - need / settings.capacity_bytes - settings.eviction_ratio
-        return max(0.0, min(settings.eviction_target_ratio, room))
+        """write_pages on this plane's index: each page on the stores given (default this
+        plane's own), eviction jobs in this process if evict_inline."""
+        return write_pages(self.index, pages,
+                           stores or {page.key: [self.store] for page in pages},
+                           soft_pin=soft_pin, hard_pin=hard_pin, upsert=upsert,
+                           evict=self.evict if self.evict_inline else None)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -231,3 +172,76 @@ class FileDataPlane:
             if self.index.evict(target_ratio).stopped != ROUND_LIMIT:
                 break
         return self.release()
+
+
+def write_pages(index: Index, pages: Sequence[Page],
+                stores: Mapping[str, Sequence[FileByteStore]], *, soft_pin: bool = False,
+                hard_pin: bool = False, upsert: bool = False,
+                evict: Callable[[float | None], object] | None = None
+                ) -> list[Result[None]]:
+    """Store pages: each page's bytes into a new file on each of its stores (a replica
+    each), then one batch_put_start (batch_upsert_start with upsert) and one batch_put_end
+    round trip. Per page its Result: ok, or the error that refused it; a refused page
+    leaves no file (ObjectAlreadyExists: stored already, by this or another writer). With
+    evict (an eviction job to a target ratio; None: the usual one), a page refused for
+    space gets one retry after a job that leaves room for it, and a job runs when usage
+    ends above the high watermark."""
+    replicas: dict[str, list[Replica]] = {}
+    try:
+        for page in pages:
+            replicas[page.key] = []
+            for store in stores[page.key]:
+                replicas[page.key].append(store.write(page.key, page.data))
+        results = _put_start(index, pages, replicas, soft_pin, hard_pin, upsert)
+    except OutcomeUnknown:
+        raise  # the objects may be stored, naming these files: keep them
+    except BaseException:
+        _delete(stores, replicas, replicas)
+        raise
+    full = [page for page in pages if isinstance(results[page.key].error, NoSpace)]
+    if full and evict is not None:
+        evict(room_for(index, full))
+        results.update(_put_start(index, full, replicas, soft_pin, hard_pin, upsert))
+    _delete(stores, replicas, [key for key, result in results.items() if not result.ok])
+    finished = [key for key, result in results.items() if result.ok]
+    for result in index.batch_put_end(finished):
+        if not result.ok:  # a put_end refused: an event frees its files
+            results[result.key] = result
+    if evict is not None and index.usage().ratio > index.settings.high_watermark:
+        evict(None)
+    return [results[page.key] for page in pages]
+
+
+def _put_start(index: Index, pages: Sequence[Page], replicas: Mapping[str, Sequence[Replica]],
+               soft_pin: bool, hard_pin: bool, upsert: bool) -> dict[str, Result[None]]:
+    start = index.batch_upsert_start if upsert else index.batch_put_start
+    results = start([(page.key, len(page.data), page.parent, replicas[page.key])
+                     for page in pages], soft_pin=soft_pin, hard_pin=hard_pin)
+    return {result.key: result for result in results}
+
+
+def _delete(stores: Mapping[str, Sequence[FileByteStore]],
+            replicas: Mapping[str, Sequence[Replica]], keys: Iterable[str]) -> None:
+    """Delete the files written for pages nobody stored (a refused page's files are this
+    writer's alone)."""
+    for key in keys:
+        for store, replica in zip(stores[key], replicas[key]):
+            store.delete(replica.location)
+
+
+def room_for(index: Index, pages: Sequence[Page]) -> float:
+    """The eviction target that leaves room for these pages. Admission gives each of the
+    SHARD_COUNT shards its usage plus an even share of the free space (admission.py), so a
+    shard takes k more pages only while the free space is at least SHARD_COUNT times
+    their bytes: with a capacity of a few thousand pages, the usual target
+    (high_watermark - eviction_ratio) may leave less than that."""
+    settings = index.settings
+    if not settings.capacity_bytes:
+        return settings.eviction_target_ratio
+    per_shard: dict[str, int] = {}
+    for page in pages:
+        shard = index.ctx.shard(index.ctx.split(page.key)[0])
+        per_shard[shard] = per_shard.get(shard, 0) + len(page.data)
+    need = SHARD_COUNT * max(per_shard.values(), default=0)
+    room = 1 - need / settings.capacity_bytes - settings.eviction_ratio
+    return max(0.0, min(settings.eviction_target_ratio, room))
