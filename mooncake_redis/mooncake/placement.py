@@ -24,13 +24,20 @@ class SegmentView:
 
     def __init__(self) -> None:
         self._free: dict[str, int] = {}
+        self._capacity: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def refresh(self, index: Index) -> None:
-        segments = index.usage().segments
+        segments = {name: segment for name, segment in index.usage().segments.items()
+                    if segment.mounted}
         with self._lock:
-            self._free = {name: segment.capacity_bytes - segment.used_bytes
-                          for name, segment in segments.items() if segment.mounted}
+            self._free = {name: s.capacity_bytes - s.used_bytes for name, s in segments.items()}
+            self._capacity = {name: s.capacity_bytes for name, s in segments.items()}
+
+    def could_hold(self, size: int) -> bool:
+        """Whether any mounted segment is that big (else no eviction can make room)."""
+        with self._lock:
+            return any(capacity >= size for capacity in self._capacity.values())
 
     def mounted(self) -> list[str]:
         with self._lock:

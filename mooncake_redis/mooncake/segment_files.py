@@ -35,7 +35,7 @@ class SegmentFiles:
 
     def own(self, segment: str) -> FileByteStore:
         """This store's segment: its directory is created."""
-        store = FileByteStore(self.directory(segment), segment, medium="memory")
+        store = FileByteStore(self.directory(segment), segment)
         with self._lock:
             self._stores[segment] = store
         return store
@@ -49,7 +49,7 @@ class SegmentFiles:
             return store
         if not self.directory(segment).is_dir():
             return None
-        store = FileByteStore(self.directory(segment), segment, medium="memory")
+        store = FileByteStore(self.directory(segment), segment)
         with self._lock:
             return self._stores.setdefault(segment, store)
 

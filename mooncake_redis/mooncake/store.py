@@ -386,6 +386,8 @@ class MooncakeDistributedStore:
                     break
                 if refreshed:
                     evicted = True
+                    if not state.view.could_hold(len(data)):
+                        break  # bigger than every segment: nothing to evict for
                     self._evictor(state)(room_for(state.index, [Page(key, data)]))
                 refreshed = True
                 state.view.refresh(state.index)
