@@ -177,15 +177,15 @@ class FileDataPlane:
 def write_pages(index: Index, pages: Sequence[Page],
                 stores: Mapping[str, Sequence[FileByteStore]], *, soft_pin: bool = False,
                 hard_pin: bool = False, upsert: bool = False,
-                evict: Callable[[float | None], object] | None = None
-                ) -> list[Result[None]]:
+                evict: Callable[[float | None], object] | None = None,
+                watermark: bool = True) -> list[Result[None]]:
     """Store pages: each page's bytes into a new file on each of its stores (a replica
     each), then one batch_put_start (batch_upsert_start with upsert) and one batch_put_end
     round trip. Per page its Result: ok, or the error that refused it; a refused page
     leaves no file (ObjectAlreadyExists: stored already, by this or another writer). With
     evict (an eviction job to a target ratio; None: the usual one), a page refused for
-    space gets one retry after a job that leaves room for it, and a job runs when usage
-    ends above the high watermark."""
+    space gets one retry after a job that leaves room for it, and, with watermark, a job
+    runs when usage ends above the high watermark (one more usage() read per call)."""
     replicas: dict[str, list[Replica]] = {}
     try:
         for page in pages:
@@ -207,7 +207,8 @@ def write_pages(index: Index, pages: Sequence[Page],
     for result in index.batch_put_end(finished):
         if not result.ok:  # a put_end refused: an event frees its files
             results[result.key] = result
-    if evict is not None and index.usage().ratio > index.settings.high_watermark:
+    if evict is not None and watermark and \
+            index.usage().ratio > index.settings.high_watermark:
         evict(None)
     return [results[page.key] for page in pages]
 

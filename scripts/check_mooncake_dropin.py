@@ -225,8 +225,9 @@ def run(store: Any, module: Any, new_store: Callable[[dict[str, Any]], Any]
 
 
 def mooncake_side() -> dict[str, str]:
-    from benchmarks.mooncake_peer import running_peer
     from mooncake import store as module  # type: ignore[import-not-found]
+
+    from benchmarks.mooncake_peer import running_peer
 
     with running_peer(global_segment_size=16 << 20, local_buffer_size=64 << 20,
                       lease_ttl_ms=LEASE_TTL_MS) as peer:

@@ -12,6 +12,7 @@ import redis
 
 from ..errors import (
     ClusterUnavailable,
+    ConfigurationError,
     CycleDetected,
     InvalidArgument,
     InvalidObjectState,
@@ -61,6 +62,7 @@ _CODES: tuple[tuple[type[BaseException], int], ...] = (
     (ObjectNotReady, ErrorCode.REPLICA_IS_NOT_READY),  # before its base InvalidObjectState
     (InvalidObjectState, ErrorCode.REPLICA_IS_NOT_READY),
     (InvalidArgument, ErrorCode.INVALID_PARAMS),
+    (ConfigurationError, ErrorCode.INVALID_PARAMS),  # a bad URL or namespace name
     (ParentConflict, ErrorCode.INVALID_PARAMS),  # parent_block_hash names a wrong parent
     (CycleDetected, ErrorCode.INVALID_PARAMS),
     (ObjectNotFound, ErrorCode.OBJECT_NOT_FOUND),

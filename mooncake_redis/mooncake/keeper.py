@@ -5,7 +5,9 @@ Every interval, on a client of its own: heartbeat the segment (mount it again if
 store unmounted it meanwhile, e.g. after missed heartbeats: Mooncake's client re-mounts
 its segments when the master has forgotten it), apply the events streams (delete the
 files of this segment's replicas that eviction, removal, unmount or an upsert freed),
-and re-read the segments' free bytes for placement.
+re-read the segments' free bytes for placement, and run an eviction job when usage is
+above the high watermark (what Mooncake's master does in its eviction thread; a put
+refused for space runs one at once, in the caller's thread).
 """
 
 from __future__ import annotations
@@ -91,4 +93,6 @@ class Keeper:
             log.warning("segment %s is being unmounted; mounting it again once that is "
                         "done", segment)
         plane.release()
-        self._view.refresh(plane.index)
+        usage = self._view.refresh(plane.index)
+        if usage.ratio > plane.index.settings.high_watermark:
+            plane.evict()

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 
 from ..index import Index
+from ..models import Usage
 
 
 class SegmentView:
@@ -27,12 +28,15 @@ class SegmentView:
         self._capacity: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def refresh(self, index: Index) -> None:
-        segments = {name: segment for name, segment in index.usage().segments.items()
+    def refresh(self, index: Index) -> Usage:
+        """Read the segments again; the usage read (for the keeper's watermark check)."""
+        usage = index.usage()
+        segments = {name: segment for name, segment in usage.segments.items()
                     if segment.mounted}
         with self._lock:
             self._free = {name: s.capacity_bytes - s.used_bytes for name, s in segments.items()}
             self._capacity = {name: s.capacity_bytes for name, s in segments.items()}
+        return usage
 
     def could_hold(self, size: int) -> bool:
         """Whether any mounted segment is that big (else no eviction can make room)."""

@@ -120,9 +120,12 @@ class ReplicateConfig:
     group_ids: list[str] | None
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name not in _FIELDS:
+        if name == "with_soft_pin":  # a property
+            object.__setattr__(self, name, value)
+        elif name not in _FIELDS:
             raise AttributeError(f"'ReplicateConfig' object has no attribute {name!r}")
-        object.__setattr__(self, name, _FIELDS[name][1](value))
+        else:
+            object.__setattr__(self, name, _FIELDS[name][1](value))
 
     @property
     def with_soft_pin(self) -> bool:

@@ -39,7 +39,7 @@ from ..errors import (
 from ..index import Index
 from ..models import Replica
 from ..segment_registry import check_name
-from ..settings import ENV_PREFIX
+from ..settings import ENV_PREFIX, Settings
 from . import placement
 from .buffers import BufferHandle, RegisteredBuffers, view
 from .codes import ErrorCode, code_of
@@ -351,7 +351,7 @@ class MooncakeDistributedStore:
                 try:
                     results = write_pages(state.index, group, placed, soft_pin=soft_pin,
                                           hard_pin=config.with_hard_pin, upsert=upsert,
-                                          evict=self._evictor(state))
+                                          evict=self._evictor(state), watermark=False)
                 except (MooncakeRedisError, OSError) as error:
                     for page in group:
                         codes[page.key] = code_of(error)
@@ -375,13 +375,19 @@ class MooncakeDistributedStore:
     def _place(self, state: _Open, items: list[tuple[str, memoryview]],
                config: ReplicateConfig) -> dict[str, list[FileByteStore]]:
         """Each item's replica stores (placement.choose); [] for one that fits nowhere,
-        after a fresh look at the segments and, failing that, an eviction job."""
+        after a fresh look at the segments and, failing that, an eviction job. The view
+        of the segments is read again (at most once per call) when it has fewer segments
+        with room than replica_num asks for."""
         preferred = config.segments()
         placed: dict[str, list[FileByteStore]] = {}
         refreshed = evicted = False
         for key, data in items:
             while True:
                 stores = self._stores_for(state, len(data), preferred, config.replica_num)
+                if len(stores) < config.replica_num and stores and not refreshed:
+                    refreshed = True  # fewer than asked: a segment may have mounted since
+                    state.view.refresh(state.index)
+                    continue
                 if stores or (refreshed and evicted):
                     break
                 if refreshed:
@@ -655,12 +661,7 @@ class MooncakeDistributedStore:
 def _start(options: SetupOptions) -> _Open:
     url = options.redis_url()
     namespace = options.namespace_name()
-    defaults = {name: value for name, value in MOONCAKE_DEFAULTS.items()
-                if ENV_PREFIX + name.upper() not in os.environ}
-    try:
-        index = Index.from_url(url, namespace, **defaults)
-    except InvalidArgument as error:  # a namespace name Redis keys cannot carry
-        raise SetupError(ErrorCode.INVALID_PARAMS, str(error)) from None
+    index = Index.from_url(url, namespace, **_mooncake_defaults(url, namespace))
     port_holder = None
     try:
         hostname = options.local_hostname
@@ -691,6 +692,22 @@ def _start(options: SetupOptions) -> _Open:
             port_holder.close()
         index.close()
         raise
+
+
+def _mooncake_defaults(url: str, namespace: str) -> dict[str, Any]:
+    """MOONCAKE_DEFAULTS for the settings this namespace has not set (its value is still
+    the project's default) and no MOONCAKE_REDIS_<SETTING> variable gives: filled in at
+    open like any Index argument, so a new namespace starts with them, and a namespace
+    whose settings were chosen keeps them without a warning."""
+    current = Index.from_url(url, namespace, read_only=True)
+    try:
+        settings = current.settings
+    finally:
+        current.close()
+    project = Settings()
+    return {name: value for name, value in MOONCAKE_DEFAULTS.items()
+            if getattr(settings, name) == getattr(project, name)
+            and ENV_PREFIX + name.upper() not in os.environ}
 
 
 def _mount(index: Index, files: SegmentFiles, hostname: str, capacity: int) -> FileDataPlane:
