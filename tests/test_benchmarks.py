@@ -20,6 +20,7 @@ RESULT_KEYS = {
     "mooncake": "ops",
     "prefix_query": "sizes",
     "cluster": "backends",
+    "dropin": "dropin",
 }
 """Each benchmark's main entry in results.json."""
 
@@ -73,6 +74,10 @@ def test_small_run_writes_results(tmp_path: Path) -> None:
     assert results["prefix_query"]["sizes"][0]["scan"]["samples"] > 0
     assert {row["evicted_objects"] for row in results["cluster"]["backends"].values()} == {100}
     assert sum(row["shards"] for row in results["cluster"]["spread"]) == 256
+    assert results["dropin"]["mooncake"] == {"skipped": "--skip-peer given"}
+    assert set(results["dropin"]["dropin"]) == {"shm", "disk"}
+    assert all(rate > 0 for rates in results["dropin"]["dropin"].values()
+               for rate in rates.values())
     goals = {goal["item"]: goal for goal in report["goals"]}
     assert goals["memory per node of two objects, 1M objects, Redis defaults"]["measured"] > 0
     assert "### Issue 10 goals" in (tmp_path / "tables.md").read_text()
@@ -103,3 +108,18 @@ def test_side_by_side_runs_the_mooncake_master_where_installed(tmp_path: Path) -
     assert set(mooncake_peer.OPS) <= set(rates)
     assert all(row["redis_aof"]["ratio"] > 0 for row in side["results"]["ops"]
                if row["theirs"] is not None)
+
+
+def test_the_drop_in_runs_next_to_the_real_mooncake_client_where_installed(tmp_path: Path
+                                                                         ) -> None:
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import dropin_workload, mooncake_peer
+
+    reason = mooncake_peer.available()
+    if reason is not None:
+        pytest.skip(f"mooncake peer unavailable: {reason}")
+    completed = run_benchmarks("--scale", "small", "--only", "dropin", "--out", str(tmp_path))
+    assert completed.returncode == 0, completed.stderr
+    results = json.loads((tmp_path / "results.json").read_text())["benchmarks"]["dropin"]
+    assert set(results["results"]["mooncake"]["results"]) == set(dropin_workload.OPS)
+    assert all(row[1] > 0 and row[3] > 0 for row in results["tables"][0]["rows"])

@@ -22,6 +22,7 @@ import random
 import re
 import socket
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -113,6 +114,7 @@ class MooncakeDistributedStore:
 
     def __init__(self) -> None:
         self._open: _Open | None = None
+        self._finalizer: weakref.finalize | None = None
         self._lock = threading.RLock()
 
     # -- life ----------------------------------------------------------------------------
@@ -137,6 +139,7 @@ class MooncakeDistributedStore:
                 self._close()
             try:
                 self._open = _start(parse())
+                self._finalizer = weakref.finalize(self, _shutdown_quietly, self._open)
             except SetupError as error:
                 log.error("MooncakeDistributedStore.setup: %s", error)
                 return error.code
@@ -147,7 +150,9 @@ class MooncakeDistributedStore:
 
     def close(self) -> int:
         """Unmount this store's segment (its objects lose their replicas on it, as when a
-        Mooncake client leaves), delete its files, stop its thread; 0 (also when closed)."""
+        Mooncake client leaves), delete its files, stop its thread; 0 (also when closed).
+        A store that is garbage-collected, or still open when the interpreter exits, is
+        closed then (Mooncake's destructor tears its client down too)."""
         with self._lock:
             if self._open is None:
                 return 0
@@ -160,23 +165,11 @@ class MooncakeDistributedStore:
 
     def _close(self) -> None:
         state, self._open = self._open, None
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
         assert state is not None
-        try:
-            if state.keeper is not None:
-                state.keeper.stop()
-            if state.plane is not None:
-                segment = state.plane.store.segment
-                with contextlib.suppress(SegmentNotMounted):  # unmounted for it already
-                    while not state.index.unmount_segment(segment).done:
-                        pass
-                state.plane.release()  # the invalidated replicas' files
-                remove_files(state.plane.store)
-                state.files.forget(segment)
-        finally:
-            state.buffers.clear()
-            if state.port_holder is not None:
-                state.port_holder.close()
-            state.index.close()
+        _shutdown(state)
 
     def health_check(self) -> int:
         """0 healthy, 1 not set up (or closed), 2 Redis does not answer."""
@@ -692,6 +685,33 @@ def _start(options: SetupOptions) -> _Open:
             port_holder.close()
         index.close()
         raise
+
+
+def _shutdown(state: _Open) -> None:
+    try:
+        if state.keeper is not None:
+            state.keeper.stop()
+        if state.plane is not None:
+            segment = state.plane.store.segment
+            with contextlib.suppress(SegmentNotMounted):  # unmounted for it already
+                while not state.index.unmount_segment(segment).done:
+                    pass
+            state.plane.release()  # the invalidated replicas' files
+            remove_files(state.plane.store)
+            state.files.forget(segment)
+    finally:
+        state.buffers.clear()
+        if state.port_holder is not None:
+            state.port_holder.close()
+        state.index.close()
+
+
+def _shutdown_quietly(state: _Open) -> None:
+    """close() of a store nobody closed (collected, or at exit): errors only logged."""
+    try:
+        _shutdown(state)
+    except Exception as error:  # at exit, Redis may be gone already: nothing to do then
+        log.warning("closing a MooncakeDistributedStore nobody closed: %s", error)
 
 
 def _mooncake_defaults(url: str, namespace: str) -> dict[str, Any]:
