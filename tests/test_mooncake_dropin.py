@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from redis_server import RedisServer
 
 from mooncake_redis import Index
 from mooncake_redis.matching import scan_node_keys
@@ -44,6 +45,7 @@ SEGMENT = 64 << 20
 _memory = itertools.count()
 
 INVALID_PARAMS, NO_AVAILABLE_HANDLE, OBJECT_NOT_FOUND, OBJECT_HAS_LEASE = -600, -200, -704, -706
+RPC_FAIL = -900
 A, B, C = "aa" * 32, "bb" * 32, "cc" * 32
 
 Opener = Callable[..., MooncakeDistributedStore]
@@ -364,6 +366,50 @@ def test_bad_argument_types_raise_type_error_as_mooncakes_binding_does(
             call()
 
 
+def test_a_value_bigger_than_the_local_buffer_is_staged_nowhere(open_store: Opener) -> None:
+    """Mooncake copies put/get values through its local buffer: bigger ones fail there,
+    the zero-copy calls do not."""
+    store = open_store(local_buffer_size="64KB")
+    big, address = memory(128 << 10)
+    assert store.register_buffer(address, len(big)) == 0
+    assert store.put_from("big", address, len(big)) == 0
+    assert store.get("big") == b"" and store.get_buffer("big") is None
+    assert store.get_into("big", address, len(big)) == len(big)
+
+
+def test_replica_locations_from_redis_name_only_files_in_the_segment(
+        store: MooncakeDistributedStore, index: Index) -> None:
+    """Whoever can write the namespace cannot make the drop-in read another file."""
+    outside = Path(store._open.files.root).parent / "secret.bin"  # type: ignore[union-attr]
+    outside.write_bytes(b"secret")
+    for key, location in (("escape", "../secret.bin"), ("absolute", str(outside))):
+        index.put_start(key, 6, replicas=[(store.get_hostname(), location, "disk")])
+        index.put_end(key)
+        assert store.get(key) == b"" and store.get_buffer(key) is None
+        buffer, address = memory(64)
+        assert store.register_buffer(address, 64) == 0
+        assert store.get_into(key, address, 64) == -800  # TRANSFER_FAIL
+        assert store.unregister_buffer(address) == 0
+
+
+def test_redis_going_away_gets_codes_not_tracebacks(tmp_path: Path) -> None:
+    server = RedisServer()
+    store = MooncakeDistributedStore()
+    try:
+        assert store.setup(config_for(server.url, tmp_path)) == 0
+        assert store.put("k", b"v") == 0
+        server.stop()
+        assert store.health_check() == 2
+        assert store.put("k2", b"v") == RPC_FAIL
+        assert store.get("k") == b"" and store.get_buffer("k") is None
+        assert store.is_exist("k") == RPC_FAIL and store.get_size("k") == RPC_FAIL
+        assert store.remove("k") == RPC_FAIL and store.remove_all() == RPC_FAIL
+        assert store.close() == RPC_FAIL  # the unmount could not run; the store is closed
+        assert store.health_check() == 1
+    finally:
+        server.stop()
+
+
 def test_calls_before_setup_answer_without_crashing() -> None:
     store = MooncakeDistributedStore()
     assert store.put("k", b"x") == INVALID_PARAMS and store.get("k") == b""
@@ -556,14 +602,15 @@ def test_a_full_segment_evicts_and_the_bytes_on_disk_follow(url: str, data_dir: 
 # -- sharing a namespace -------------------------------------------------------------------
 
 
-def test_the_keeper_heartbeats_and_mounts_again_after_an_unmount(store: MooncakeDistributedStore,
-                                                                 index: Index) -> None:
+def test_the_keeper_heartbeats_and_mounts_again_after_an_unmount(
+        store: MooncakeDistributedStore, index: Index, data_dir: Path) -> None:
     hostname = store.get_hostname()
     first = index.usage().segments[hostname].heartbeat_ms
     wait_until(lambda: index.usage().segments[hostname].heartbeat_ms > first, "a heartbeat")
     assert store.put("k", b"v") == 0
     assert index.unmount_segment(hostname).done  # e.g. the monitor, after missed heartbeats
     assert store.get("k") == b""
+    wait_until(lambda: disk(data_dir) == {}, "the invalidated replica's file to go")
     # mounted again by its keeper (registry entry, then a flag in every shard): puts on
     # it work again once the last flag is set
     wait_until(lambda: store.put("k", b"again") == 0, "the segment mounted again")

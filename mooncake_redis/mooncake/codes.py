@@ -17,6 +17,7 @@ from ..errors import (
     InvalidArgument,
     InvalidObjectState,
     LinkContention,
+    MooncakeRedisError,
     NoSpace,
     ObjectAlreadyExists,
     ObjectLeased,
@@ -79,6 +80,12 @@ _CODES: tuple[tuple[type[BaseException], int], ...] = (
     (redis.exceptions.TimeoutError, ErrorCode.RPC_FAIL),
     (OSError, ErrorCode.TRANSFER_FAIL),  # a replica's file could not be written or read
 )
+
+
+FAILURES: tuple[type[BaseException], ...] = (MooncakeRedisError, OSError,
+                                             redis.exceptions.RedisError)
+"""What a call answers with a code instead of raising: this package's errors, Redis's,
+and the filesystem's (a segment file)."""
 
 
 def code_of(error: BaseException) -> int:

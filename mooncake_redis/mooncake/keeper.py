@@ -17,8 +17,9 @@ import threading
 from collections.abc import Callable
 
 from ..data_plane import FileDataPlane
-from ..errors import MooncakeRedisError, SegmentExists, SegmentNotMounted, SegmentUnmounting
+from ..errors import SegmentExists, SegmentNotMounted, SegmentUnmounting
 from ..index import Index
+from .codes import FAILURES
 from .placement import SegmentView
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ class Keeper:
             try:
                 plane = plane or self._open_plane()
                 self.round(plane)
-            except (MooncakeRedisError, OSError) as error:  # Redis away: next round
+            except FAILURES as error:  # Redis away: next round
                 log.warning("mooncake drop-in keeper: %s", error)
             with self._round_done:
                 self.rounds += 1

@@ -33,7 +33,6 @@ from ..data_plane import FileDataPlane, Page, room_for, write_pages
 from ..errors import (
     InvalidArgument,
     LinkContention,
-    MooncakeRedisError,
     ObjectAlreadyExists,
     SegmentNotMounted,
 )
@@ -43,7 +42,7 @@ from ..segment_registry import check_name
 from ..settings import ENV_PREFIX, Settings
 from . import placement
 from .buffers import BufferHandle, RegisteredBuffers, view
-from .codes import ErrorCode, code_of
+from .codes import FAILURES, ErrorCode, code_of
 from .keeper import INTERVAL_S, Keeper, mount
 from .replicate_config import ReplicateConfig, SoftPinAction
 from .segment_files import SegmentFiles, remove_files
@@ -143,7 +142,7 @@ class MooncakeDistributedStore:
             except SetupError as error:
                 log.error("MooncakeDistributedStore.setup: %s", error)
                 return error.code
-            except (MooncakeRedisError, OSError) as error:
+            except FAILURES as error:
                 log.error("MooncakeDistributedStore.setup: %s", error)
                 return code_of(error)
             return 0
@@ -158,7 +157,7 @@ class MooncakeDistributedStore:
                 return 0
             try:
                 self._close()
-            except (MooncakeRedisError, OSError) as error:
+            except FAILURES as error:
                 log.error("MooncakeDistributedStore.close: %s", error)
                 return code_of(error)
             return 0
@@ -317,6 +316,13 @@ class MooncakeDistributedStore:
                config: ReplicateConfig | None, upsert: bool) -> list[int]:
         """Store the items, one code each (duplicates of a key get the first one's)."""
         config = _check_config(config)
+        try:
+            return self._write_checked(state, keys, datas, config, upsert)
+        except FAILURES as error:  # Redis away while placing, reading settings or pins
+            return [code_of(error)] * len(keys)
+
+    def _write_checked(self, state: _Open, keys: list[str], datas: list[memoryview],
+                       config: ReplicateConfig, upsert: bool) -> list[int]:
         problem = config.config_error(state.index.settings.soft_pin_ttl_ms)
         if problem is not None:
             log.error("put refused: %s", problem)
@@ -345,7 +351,7 @@ class MooncakeDistributedStore:
                     results = write_pages(state.index, group, placed, soft_pin=soft_pin,
                                           hard_pin=config.with_hard_pin, upsert=upsert,
                                           evict=self._evictor(state), watermark=False)
-                except (MooncakeRedisError, OSError) as error:
+                except FAILURES as error:
                     for page in group:
                         codes[page.key] = code_of(error)
                     break
@@ -543,7 +549,7 @@ class MooncakeDistributedStore:
             valid = _unique([key for key in keys if self._readable_key(state, key)])
             try:
                 present = dict(zip(valid, state.index.batch_is_exist(valid)))
-            except (MooncakeRedisError, OSError) as error:
+            except FAILURES as error:
                 return [code_of(error)] * len(keys)
             return [int(present.get(key, False)) for key in keys]
 
@@ -556,7 +562,7 @@ class MooncakeDistributedStore:
         valid = _unique([key for key in keys if self._readable_key(state, key)])
         try:
             results = state.index.batch_get_replica_desc(valid)
-        except (MooncakeRedisError, OSError) as error:
+        except FAILURES as error:
             return {key: _Found(code_of(error)) for key in keys}
         for result in results:
             if result.error is not None:
@@ -576,19 +582,21 @@ class MooncakeDistributedStore:
                       "%d): Mooncake stages it there", item.size, state.options.local_buffer_size)
             return None
         for replica in item.replicas:
-            store = state.files.reach(replica.segment)
-            data = store.read(replica) if store is not None else None
-            if data is not None:
-                return data
+            with contextlib.suppress(*FAILURES):  # a location that is not a file of ours
+                store = state.files.reach(replica.segment)
+                data = store.read(replica) if store is not None else None
+                if data is not None:
+                    return data
         return None
 
     def _read_into(self, item: _Found, target: memoryview, offset: int = 0) -> bool:
         state = self._open
         assert state is not None
         for replica in item.replicas:
-            store = state.files.reach(replica.segment)
-            if store is not None and store.read_range(replica, offset, target):
-                return True
+            with contextlib.suppress(*FAILURES):  # a location that is not a file of ours
+                store = state.files.reach(replica.segment)
+                if store is not None and store.read_range(replica, offset, target):
+                    return True
         return False
 
     @staticmethod
@@ -613,7 +621,7 @@ class MooncakeDistributedStore:
             valid = _unique([key for key in keys if self._readable_key(state, key)])
             try:
                 results = {r.key: r for r in state.index.batch_remove(valid, force=force)}
-            except (MooncakeRedisError, OSError) as error:
+            except FAILURES as error:
                 return [code_of(error)] * len(keys)
             codes, seen = [], set()
             for key in keys:
@@ -644,7 +652,7 @@ class MooncakeDistributedStore:
                 return ErrorCode.INVALID_PARAMS
             try:
                 return call(self._open.index)
-            except (MooncakeRedisError, OSError) as error:
+            except FAILURES as error:
                 return code_of(error)
 
 
