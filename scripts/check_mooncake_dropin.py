@@ -155,6 +155,26 @@ def steps(store: Any, module: Any, new_store: Callable[[dict[str, Any]], Any]) -
     yield "get_into_ranges of unequal buffers", lambda: store.get_into_ranges(
         [address + 512, address], [[key("pf")]], [[[0]]], [[[0]]], [[[2]]])
     yield "get_into_ranges of nothing", lambda: store.get_into_ranges([], [], [], [], [])
+    yield "batch_put_from_multi_buffers", lambda: (store.batch_put_from_multi_buffers(
+        [key("m1"), key("m2")], [[address, address + 10], [address + 4]], [[4, 3], [2]]),
+        store.get_batch([key("m1"), key("m2")]))
+    yield "batch_put_from_multi_buffers of bad shapes", lambda: (
+        store.batch_put_from_multi_buffers([key("m3")], [[address, address]], [[1]]),
+        store.batch_put_from_multi_buffers([key("m4")], [[]], [[]]),
+        store.batch_put_from_multi_buffers([key("m5")], [[address]], [[0]]),
+        store.batch_put_from_multi_buffers([key("m6"), key("m7")], [[address]], [[1]]))
+    yield "batch_get_into_multi_buffers", lambda: (store.batch_get_into_multi_buffers(
+        [key("m1")], [[address + 1024, address + 2048]], [[3, 4]]),
+        bytes(memory[1024:1027]), bytes(memory[2048:2052]))
+    yield "batch_get_into_multi_buffers too big, too small", lambda: (
+        store.batch_get_into_multi_buffers([key("m1")], [[address + 1024, address + 2048]],
+                                           [[4, 8]]),
+        store.batch_get_into_multi_buffers([key("m1")], [[address + 1024, address + 2048]],
+                                           [[2, 2]]),
+        store.batch_get_into_multi_buffers([key("nope"), key("m2")], [[address + 1024],
+                                                                     [address + 2048]],
+                                           [[8], [8]]),
+        store.batch_get_into_multi_buffers([key("m1")], [[address + 1024, address]], [[8]]))
     yield "get_buffer", lambda: (lambda b: (type(b).__name__, b.ptr() != 0, b.size(), len(b),
                                             bytes(memoryview(b))))(store.get_buffer(key("pf")))
     yield "get_buffer format", lambda: memoryview(store.get_buffer(key("pf"))).format

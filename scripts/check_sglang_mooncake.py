@@ -20,9 +20,11 @@ page-first layout and the methods MooncakeStore calls on it. `mooncake` and
 The backend is built as `--hicache-storage-backend mooncake` builds it
 (StorageBackendFactory.create_backend("mooncake", HiCacheStorageConfig(...), pool)),
 configured by extra_config's master_server_address (the Redis URL); its constructor runs
-setup() and SGLang's warmup (put, is_exist, get). Then, for an MHA and an MLA layout:
-register_mem_pool_host (register_buffer of the host pool), batch_set_v1 (batch_is_exist,
-batch_put_from), batch_exists, batch_get_v1 into another pool (batch_get_into), the bytes
+setup() and SGLang's warmup (put, is_exist, get). Then, for an MHA, an MLA and a
+layer-first MLA layout: register_mem_pool_host (register_buffer of the host pool),
+batch_set_v1 (batch_is_exist, batch_put_from, or batch_put_from_multi_buffers for one
+buffer per layer), batch_exists, batch_get_v1 into another pool (batch_get_into or
+batch_get_into_multi_buffers), the bytes
 compared, the objects checked in Redis under SGLang's key names, clear() (remove_all,
 which, as on Mooncake, leaves the objects read within the lease).
 Exit 0 when every page came back byte for byte.
@@ -103,20 +105,19 @@ def load(wheel: Path) -> None:
 
 
 class HostPool:
-    """The host KV pool in SGLang's page_first layout, as MooncakeStore reads it:
-    kv_buffer (one torch tensor, registered whole), page_size, get_ksize_per_token, and
-    get_page_buffer_meta(indices): each page's address and size, K then V (MHA) or one
-    buffer (MLA)."""
+    """The host KV pool as MooncakeStore reads it: kv_buffer (one torch tensor, registered
+    whole), page_size, get_ksize_per_token, and get_page_buffer_meta(indices): each page's
+    addresses and sizes. page_first: a page's K then V (MHA) or its one buffer (MLA);
+    layer_first (MLA): one buffer per layer, so MooncakeStore uses the multi-buffer calls."""
 
-    def __init__(self, mla: bool, token_bytes: int = 64):
+    def __init__(self, mla: bool, layers: int = 1, token_bytes: int = 64):
         import torch
 
-        self.mla = mla
         self.page_size = PAGE_SIZE
-        self.layout = "page_first"
+        self.layout = "layer_first" if layers > 1 else "page_first"
         self.token_bytes = token_bytes
-        parts = 1 if mla else 2
-        self.kv_buffer = torch.zeros(PAGES, parts, PAGE_SIZE * token_bytes, dtype=torch.uint8)
+        parts = layers if layers > 1 else (1 if mla else 2)
+        self.kv_buffer = torch.zeros(parts, PAGES, PAGE_SIZE * token_bytes, dtype=torch.uint8)
 
     def get_ksize_per_token(self) -> int:
         return self.token_bytes
@@ -125,9 +126,9 @@ class HostPool:
         pointers, sizes = [], []
         for start in range(0, len(indices), PAGE_SIZE):
             page = int(indices[start]) // PAGE_SIZE
-            for part in range(self.kv_buffer.shape[1]):
-                pointers.append(self.kv_buffer[page, part].data_ptr())
-                sizes.append(self.kv_buffer[page, part].numel())
+            for part in range(self.kv_buffer.shape[0]):
+                pointers.append(self.kv_buffer[part, page].data_ptr())
+                sizes.append(self.kv_buffer[part, page].numel())
         return pointers, sizes
 
 
@@ -138,7 +139,8 @@ def check(layout: str, url: str, problems: list[str]) -> None:
     factory = sys.modules["sglang.srt.mem_cache.storage.backend_factory"]
     from mooncake_redis import Index
 
-    mla = layout == "MLA"
+    mla = layout.startswith("MLA")
+    layers = 3 if "layer_first" in layout else 1
     config = storage.HiCacheStorageConfig(
         tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
         is_mla_model=mla, enable_storage_metrics=False, is_page_first_layout=True,
@@ -146,7 +148,7 @@ def check(layout: str, url: str, problems: list[str]) -> None:
             "master_server_address": url, "local_hostname": "127.0.0.1",
             "metadata_server": "P2PHANDSHAKE", "global_segment_size": "1gb",
             "protocol": "tcp", "device_name": ""})
-    pool = HostPool(mla)
+    pool = HostPool(mla, layers)
     pool.kv_buffer.copy_(torch.randint(0, 256, pool.kv_buffer.shape, dtype=torch.uint8))
     backend = factory.StorageBackendFactory.create_backend("mooncake", config, pool)
     backend.register_mem_pool_host(pool)  # as HiCacheController.attach_storage_backend does
@@ -158,7 +160,7 @@ def check(layout: str, url: str, problems: list[str]) -> None:
     written = backend.batch_set_v1(chain, indices)
     again = backend.batch_set_v1(chain[:4], indices[:4 * PAGE_SIZE])  # stored: skipped
     hits = backend.batch_exists(chain + ["ff" * 32])
-    reader = HostPool(mla)
+    reader = HostPool(mla, layers)
     backend.register_mem_pool_host(reader)
     read = backend.batch_get_v1(chain, indices)
     equal = torch.equal(reader.kv_buffer, pool.kv_buffer)
@@ -204,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     stand_ins()
     load(args.wheel)
     problems: list[str] = []
-    for layout in ("MHA", "MLA"):
+    for layout in ("MHA", "MLA", "MLA, layer_first"):
         check(layout, args.url, problems)
     for problem in problems:
         print("MISMATCH:", problem)

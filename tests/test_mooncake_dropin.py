@@ -454,6 +454,26 @@ def test_registered_buffers_and_zero_copy_puts_and_gets(store: MooncakeDistribut
     assert index.object_info("u") is None
 
 
+def test_multi_buffer_puts_and_gets_join_and_spread_a_value(store: MooncakeDistributedStore
+                                                            ) -> None:
+    """SGLang's layer-first host pools: a value is several buffers, in order."""
+    buffer, address = memory(4096)
+    ctypes.memmove(address, b"0123456789abcdef", 16)
+    assert store.register_buffer(address, 4096) == 0
+    assert store.batch_put_from_multi_buffers(
+        ["m1", "m2", "bad", "empty"], [[address, address + 10], [address + 4], [address, 1],
+                                       []], [[4, 3], [2], [1, 1], []]) == [0, 0, -600, -600]
+    assert store.get_batch(["m1", "m2"]) == [b"0123abc", b"45"]
+    assert store.batch_get_into_multi_buffers(["m1", "m2", "nope"],
+                                              [[address + 100, address + 200], [address + 300],
+                                               [address + 400]], [[3, 4], [2], [8]]) == \
+        [7, 2, OBJECT_NOT_FOUND]
+    assert bytes(buffer[100:103]) == b"012" and bytes(buffer[200:204]) == b"3abc"
+    assert bytes(buffer[300:302]) == b"45"
+    assert store.batch_get_into_multi_buffers(["m1", "m1"], [[address + 100], [address + 100]],
+                                              [[8], [6]]) == [-800, -600]  # Mooncake's codes
+
+
 def test_get_into_ranges_reads_fragments_of_objects(store: MooncakeDistributedStore) -> None:
     buffer0, address0 = memory(32)
     buffer1, address1 = memory(32)

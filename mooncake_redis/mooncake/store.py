@@ -254,6 +254,71 @@ class MooncakeDistributedStore:
                           ) -> list[int]:
         return self._put_from_many(keys, buffer_ptrs, sizes, config, upsert=True)
 
+    def batch_put_from_multi_buffers(self, keys: Sequence[str],
+                                     all_buffer_ptrs: Sequence[Sequence[int]],
+                                     all_sizes: Sequence[Sequence[int]],
+                                     config: ReplicateConfig | None = None) -> list[int]:
+        """put_from for many, each value the concatenation of several registered buffers
+        (SGLang's layer-first host pools): a code per key."""
+        keys = _check_keys(keys)
+        pointers = [[_check_int(p, "buffer_ptr") for p in _check_list(row, "all_buffer_ptrs")]
+                    for row in _check_list(all_buffer_ptrs, "all_buffer_ptrs")]
+        lengths = [[_check_int(n, "size") for n in _check_list(row, "all_sizes")]
+                   for row in _check_list(all_sizes, "all_sizes")]
+        with self._lock:
+            state = self._open
+            if state is None or not len(keys) == len(pointers) == len(lengths):
+                return [ErrorCode.INVALID_PARAMS] * len(keys)
+            codes = [ErrorCode.INVALID_PARAMS] * len(keys)
+            ready = [number for number in range(len(keys))
+                     if pointers[number] and len(pointers[number]) == len(lengths[number])
+                     and all(n and state.buffers.holds(p, n)
+                             for p, n in zip(pointers[number], lengths[number]))]
+            joined = [memoryview(b"".join(view(p, n) for p, n in
+                                          zip(pointers[number], lengths[number])))
+                      for number in ready]
+            for number, code in zip(ready, self._write(state, [keys[n] for n in ready], joined,
+                                                       config, upsert=False)):
+                codes[number] = code
+            return codes
+
+    def batch_get_into_multi_buffers(self, keys: Sequence[str],
+                                     all_buffer_ptrs: Sequence[Sequence[int]],
+                                     all_sizes: Sequence[Sequence[int]],
+                                     prefer_alloc_in_same_node: bool = False) -> list[int]:
+        """batch_get_into with each value spread over several registered buffers, in
+        order: the bytes read per key; INVALID_PARAMS if the buffers hold less than the
+        value, TRANSFER_FAIL if more (as Mooncake answers)."""
+        keys = _check_keys(keys)
+        pointers = [[_check_int(p, "buffer_ptr") for p in _check_list(row, "all_buffer_ptrs")]
+                    for row in _check_list(all_buffer_ptrs, "all_buffer_ptrs")]
+        lengths = [[_check_int(n, "size") for n in _check_list(row, "all_sizes")]
+                   for row in _check_list(all_sizes, "all_sizes")]
+        _check_bool(prefer_alloc_in_same_node, "prefer_alloc_in_same_node")
+        with self._lock:
+            state = self._open
+            if state is None or not len(keys) == len(pointers) == len(lengths):
+                return [ErrorCode.INVALID_PARAMS] * len(keys)
+            found = self._find(keys)
+            results = []
+            for key, row, sizes in zip(keys, pointers, lengths):
+                item = found[key]
+                if not all(state.buffers.holds(p, n) for p, n in zip(row, sizes)):
+                    results.append(ErrorCode.INVALID_PARAMS)
+                elif item.code:
+                    results.append(item.code)
+                elif len(row) != len(sizes) or sum(sizes) > item.size:
+                    results.append(ErrorCode.TRANSFER_FAIL)
+                elif sum(sizes) < item.size:
+                    results.append(ErrorCode.INVALID_PARAMS)
+                else:
+                    offset, done = 0, True
+                    for pointer, size in zip(row, sizes):
+                        done = done and self._read_into(item, view(pointer, size), offset)
+                        offset += size
+                    results.append(item.size if done else ErrorCode.TRANSFER_FAIL)
+            return results
+
     def _put_values(self, keys: Sequence[str], values: Sequence[Any],
                     config: ReplicateConfig | None, upsert: bool) -> int:
         keys = _check_keys(keys)
