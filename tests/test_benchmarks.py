@@ -94,16 +94,23 @@ def test_only_runs_the_named_benchmark(tmp_path: Path) -> None:
         "per-rank batch of 200 pages at depth 1,000, round trips"}
 
 
-def test_side_by_side_runs_the_mooncake_master_where_installed(tmp_path: Path) -> None:
+def run_with_the_peer(name: str, tmp_path: Path) -> dict[str, Any]:
+    """One benchmark at --scale small with the real Mooncake client (skip if not here)."""
     sys.path.insert(0, str(ROOT))
     from benchmarks import mooncake_peer
 
     reason = mooncake_peer.available()
     if reason is not None:
         pytest.skip(f"mooncake peer unavailable: {reason}")
-    completed = run_benchmarks("--scale", "small", "--only", "mooncake", "--out", str(tmp_path))
+    completed = run_benchmarks("--scale", "small", "--only", name, "--out", str(tmp_path))
     assert completed.returncode == 0, completed.stderr
-    side = json.loads((tmp_path / "results.json").read_text())["benchmarks"]["mooncake"]
+    return dict(json.loads((tmp_path / "results.json").read_text())["benchmarks"][name])
+
+
+def test_side_by_side_runs_the_mooncake_master_where_installed(tmp_path: Path) -> None:
+    side = run_with_the_peer("mooncake", tmp_path)
+    from benchmarks import mooncake_peer  # importable once run_with_the_peer put ROOT first
+
     rates = side["results"]["peer"]["rates"]
     assert set(mooncake_peer.OPS) <= set(rates)
     assert all(row["redis_aof"]["ratio"] > 0 for row in side["results"]["ops"]
@@ -112,14 +119,8 @@ def test_side_by_side_runs_the_mooncake_master_where_installed(tmp_path: Path) -
 
 def test_the_drop_in_runs_next_to_the_real_mooncake_client_where_installed(tmp_path: Path
                                                                          ) -> None:
-    sys.path.insert(0, str(ROOT))
-    from benchmarks import dropin_workload, mooncake_peer
+    results = run_with_the_peer("dropin", tmp_path)
+    from benchmarks import dropin_workload  # importable once run_with_the_peer put ROOT first
 
-    reason = mooncake_peer.available()
-    if reason is not None:
-        pytest.skip(f"mooncake peer unavailable: {reason}")
-    completed = run_benchmarks("--scale", "small", "--only", "dropin", "--out", str(tmp_path))
-    assert completed.returncode == 0, completed.stderr
-    results = json.loads((tmp_path / "results.json").read_text())["benchmarks"]["dropin"]
     assert set(results["results"]["mooncake"]["results"]) == set(dropin_workload.OPS)
     assert all(row[1] > 0 and row[3] > 0 for row in results["tables"][0]["rows"])

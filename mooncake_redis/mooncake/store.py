@@ -260,27 +260,8 @@ class MooncakeDistributedStore:
                                      config: ReplicateConfig | None = None) -> list[int]:
         """put_from for many, each value the concatenation of several registered buffers
         (SGLang's layer-first host pools): a code per key."""
-        keys = _check_keys(keys)
-        pointers = [[_check_int(p, "buffer_ptr") for p in _check_list(row, "all_buffer_ptrs")]
-                    for row in _check_list(all_buffer_ptrs, "all_buffer_ptrs")]
-        lengths = [[_check_int(n, "size") for n in _check_list(row, "all_sizes")]
-                   for row in _check_list(all_sizes, "all_sizes")]
-        with self._lock:
-            state = self._open
-            if state is None or not len(keys) == len(pointers) == len(lengths):
-                return [ErrorCode.INVALID_PARAMS] * len(keys)
-            codes = [ErrorCode.INVALID_PARAMS] * len(keys)
-            ready = [number for number in range(len(keys))
-                     if pointers[number] and len(pointers[number]) == len(lengths[number])
-                     and all(n and state.buffers.holds(p, n)
-                             for p, n in zip(pointers[number], lengths[number]))]
-            joined = [memoryview(b"".join(view(p, n) for p, n in
-                                          zip(pointers[number], lengths[number])))
-                      for number in ready]
-            for number, code in zip(ready, self._write(state, [keys[n] for n in ready], joined,
-                                                       config, upsert=False)):
-                codes[number] = code
-            return codes
+        return self._put_rows(_check_keys(keys), _rows(all_buffer_ptrs, all_sizes), config,
+                              upsert=False)
 
     def batch_get_into_multi_buffers(self, keys: Sequence[str],
                                      all_buffer_ptrs: Sequence[Sequence[int]],
@@ -288,36 +269,11 @@ class MooncakeDistributedStore:
                                      prefer_alloc_in_same_node: bool = False) -> list[int]:
         """batch_get_into with each value spread over several registered buffers, in
         order: the bytes read per key; INVALID_PARAMS if the buffers hold less than the
-        value, TRANSFER_FAIL if more (as Mooncake answers)."""
-        keys = _check_keys(keys)
-        pointers = [[_check_int(p, "buffer_ptr") for p in _check_list(row, "all_buffer_ptrs")]
-                    for row in _check_list(all_buffer_ptrs, "all_buffer_ptrs")]
-        lengths = [[_check_int(n, "size") for n in _check_list(row, "all_sizes")]
-                   for row in _check_list(all_sizes, "all_sizes")]
+        value, TRANSFER_FAIL if more or if a key's two lists differ in length (as Mooncake
+        answers)."""
         _check_bool(prefer_alloc_in_same_node, "prefer_alloc_in_same_node")
-        with self._lock:
-            state = self._open
-            if state is None or not len(keys) == len(pointers) == len(lengths):
-                return [ErrorCode.INVALID_PARAMS] * len(keys)
-            found = self._find(keys)
-            results = []
-            for key, row, sizes in zip(keys, pointers, lengths):
-                item = found[key]
-                if not all(state.buffers.holds(p, n) for p, n in zip(row, sizes)):
-                    results.append(ErrorCode.INVALID_PARAMS)
-                elif item.code:
-                    results.append(item.code)
-                elif len(row) != len(sizes) or sum(sizes) > item.size:
-                    results.append(ErrorCode.TRANSFER_FAIL)
-                elif sum(sizes) < item.size:
-                    results.append(ErrorCode.INVALID_PARAMS)
-                else:
-                    offset, done = 0, True
-                    for pointer, size in zip(row, sizes):
-                        done = done and self._read_into(item, view(pointer, size), offset)
-                        offset += size
-                    results.append(item.size if done else ErrorCode.TRANSFER_FAIL)
-            return results
+        return self._get_rows(_check_keys(keys), _rows(all_buffer_ptrs, all_sizes),
+                              exact=True)
 
     def _put_values(self, keys: Sequence[str], values: Sequence[Any],
                     config: ReplicateConfig | None, upsert: bool) -> int:
@@ -357,23 +313,25 @@ class MooncakeDistributedStore:
     def _put_from_many(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
                        sizes: Sequence[int], config: ReplicateConfig | None, upsert: bool
                        ) -> list[int]:
-        keys = _check_keys(keys)
-        pointers = [_check_int(p, "buffer_ptr") for p in _check_list(buffer_ptrs, "buffer_ptrs")]
-        lengths = [_check_int(s, "size") for s in _check_list(sizes, "sizes")]
+        return self._put_rows(_check_keys(keys), _single_rows(buffer_ptrs, sizes), config,
+                              upsert)
+
+    def _put_rows(self, keys: list[str], rows: list[Row | None],
+                  config: ReplicateConfig | None, upsert: bool) -> list[int]:
+        """Each key's value from its row of (address, size) buffers, joined: a code per
+        key (INVALID_PARAMS for no buffer, an empty or unregistered one, or a row that
+        came with lists of different lengths)."""
         with self._lock:
             state = self._open
-            if state is None or not len(keys) == len(pointers) == len(lengths):
+            if state is None or len(keys) != len(rows):
                 return [ErrorCode.INVALID_PARAMS] * len(keys)
-            codes = [0] * len(keys)
-            ready = []
-            for number, (pointer, length) in enumerate(zip(pointers, lengths)):
-                if length == 0 or not state.buffers.holds(pointer, length):
-                    codes[number] = ErrorCode.INVALID_PARAMS
-                else:
-                    ready.append(number)
-            written = self._write(state, [keys[n] for n in ready],
-                                  [view(pointers[n], lengths[n]) for n in ready], config, upsert)
-            for number, code in zip(ready, written):
+            codes = [ErrorCode.INVALID_PARAMS] * len(keys)
+            ready = [number for number, row in enumerate(rows)
+                     if row and all(size and state.buffers.holds(address, size)
+                                    for address, size in row)]
+            values = [_joined(rows[number]) for number in ready]  # type: ignore[arg-type]
+            for number, code in zip(ready, self._write(state, [keys[n] for n in ready],
+                                                       values, config, upsert)):
                 codes[number] = code
             return codes
 
@@ -522,30 +480,48 @@ class MooncakeDistributedStore:
 
     def batch_get_into(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
                        sizes: Sequence[int]) -> list[int]:
-        keys = _check_keys(keys)
-        pointers = [_check_int(p, "buffer_ptr") for p in _check_list(buffer_ptrs, "buffer_ptrs")]
-        lengths = [_check_int(s, "size") for s in _check_list(sizes, "sizes")]
+        return self._get_rows(_check_keys(keys), _single_rows(buffer_ptrs, sizes),
+                              exact=False)
+
+    def _get_rows(self, keys: list[str], rows: list[Row | None], exact: bool) -> list[int]:
+        """Each key's value into its row of (address, size) buffers, in order: the bytes
+        read, or a code: INVALID_PARAMS for unregistered memory or less room than the
+        value; with exact, TRANSFER_FAIL for more room than the value or a row whose lists
+        differed in length (Mooncake's multi-buffer answers)."""
         with self._lock:
             state = self._open
-            if state is None or not len(keys) == len(pointers) == len(lengths):
+            if state is None or len(keys) != len(rows):
                 return [ErrorCode.INVALID_PARAMS] * len(keys)
             found = self._find(keys)
             results = []
-            for key, pointer, length in zip(keys, pointers, lengths):
+            for key, row in zip(keys, rows):
                 item = found[key]
-                if not state.buffers.holds(pointer, length):
+                room = sum(size for _, size in row or ())
+                if row is not None and not all(state.buffers.holds(address, size)
+                                               for address, size in row):
                     results.append(ErrorCode.INVALID_PARAMS)
                 elif item.code:
                     results.append(item.code)
-                elif item.size > length:
+                elif row is None or (exact and room > item.size):
+                    results.append(ErrorCode.TRANSFER_FAIL)
+                elif room < item.size:
                     log.error("buffer too small for key %r: required=%d, available=%d", key,
-                              item.size, length)
+                              item.size, room)
                     results.append(ErrorCode.INVALID_PARAMS)
                 else:
-                    target = view(pointer, item.size)
-                    results.append(item.size if self._read_into(item, target)
+                    results.append(item.size if self._read_rows(item, row)
                                    else ErrorCode.TRANSFER_FAIL)
             return results
+
+    def _read_rows(self, item: _Found, row: Row) -> bool:
+        """The value into the row's buffers, in order, up to its size."""
+        offset = 0
+        for address, size in row:
+            take = min(size, item.size - offset)
+            if take and not self._read_into(item, view(address, take), offset):
+                return False
+            offset += take
+        return True
 
     def get_into_ranges(self, buffer_ptrs: Sequence[int], all_keys: Sequence[Sequence[str]],
                         all_dst_offsets: Sequence[Sequence[Sequence[int]]],
@@ -608,32 +584,36 @@ class MooncakeDistributedStore:
     def batch_is_exist(self, keys: Sequence[str]) -> list[int]:
         keys = _check_keys(keys)
         with self._lock:
-            state = self._open
-            if state is None:
-                return [ErrorCode.INVALID_PARAMS] * len(keys)
-            valid = _unique([key for key in keys if self._readable_key(state, key)])
-            try:
-                present = dict(zip(valid, state.index.batch_is_exist(valid)))
-            except FAILURES as error:
-                return [code_of(error)] * len(keys)
+            asked = self._ask(keys, Index.batch_is_exist)
+            if isinstance(asked, int):
+                return [asked] * len(keys)
+            present = dict(zip(*asked))
             return [int(present.get(key, False)) for key in keys]
+
+    def _ask(self, keys: Sequence[str], call: Callable[[Index, list[str]], list[T]]
+             ) -> tuple[list[str], list[T]] | int:
+        """call(index, keys) with the keys that can be stored here, once each: those keys
+        and its answers, or the code of its failure (INVALID_PARAMS before setup)."""
+        state = self._open
+        if state is None:
+            return ErrorCode.INVALID_PARAMS
+        valid = _unique([key for key in keys if self._readable_key(state, key)])
+        try:
+            return valid, call(state.index, valid)
+        except FAILURES as error:
+            return code_of(error)
 
     def _find(self, keys: Sequence[str]) -> dict[str, _Found]:
         """Each key's replicas, in one batch_get_replica_desc round trip (read leases)."""
-        state = self._open
-        if state is None:
-            return {key: _Found(ErrorCode.INVALID_PARAMS) for key in keys}
+        asked = self._ask(keys, Index.batch_get_replica_desc)
+        if isinstance(asked, int):
+            return {key: _Found(asked) for key in keys}
         found = {key: _Found(ErrorCode.OBJECT_NOT_FOUND) for key in keys}
-        valid = _unique([key for key in keys if self._readable_key(state, key)])
-        try:
-            results = state.index.batch_get_replica_desc(valid)
-        except FAILURES as error:
-            return {key: _Found(code_of(error)) for key in keys}
-        for result in results:
+        own = self._open.hostname if self._open else ""
+        for result in asked[1]:
             if result.error is not None:
                 found[result.key] = _Found(code_of(result.error))
             elif result.value:
-                own = state.hostname
                 ordered = sorted(result.value, key=lambda r: r.segment != own)  # local first
                 found[result.key] = _Found(0, tuple(ordered), ordered[0].size)
         return found
@@ -680,14 +660,10 @@ class MooncakeDistributedStore:
         keys = _check_keys(keys)
         _check_bool(force, "force")
         with self._lock:
-            state = self._open
-            if state is None:
-                return [ErrorCode.INVALID_PARAMS] * len(keys)
-            valid = _unique([key for key in keys if self._readable_key(state, key)])
-            try:
-                results = {r.key: r for r in state.index.batch_remove(valid, force=force)}
-            except FAILURES as error:
-                return [code_of(error)] * len(keys)
+            asked = self._ask(keys, lambda index, valid: index.batch_remove(valid, force=force))
+            if isinstance(asked, int):
+                return [asked] * len(keys)
+            results = {result.key: result for result in asked[1]}
             codes, seen = [], set()
             for key in keys:
                 result = results.get(key)
@@ -906,6 +882,34 @@ def _bytes_of(value: Any) -> memoryview:
     if not data.c_contiguous:
         data = memoryview(data.tobytes())
     return data.cast("B")
+
+
+Row = list[tuple[int, int]]
+"""A value's buffers: (address, size) each, in order."""
+
+
+def _rows(all_pointers: Any, all_sizes: Any) -> list[Row | None]:
+    """The multi-buffer calls' lists, per key (None where its two lists differ in
+    length)."""
+    pointers = [[_check_int(p, "buffer_ptr") for p in _check_list(row, "all_buffer_ptrs")]
+                for row in _check_list(all_pointers, "all_buffer_ptrs")]
+    sizes = [[_check_int(n, "size") for n in _check_list(row, "all_sizes")]
+             for row in _check_list(all_sizes, "all_sizes")]
+    if len(pointers) != len(sizes):
+        return [None] * max(len(pointers), len(sizes))
+    return [list(zip(p, n)) if len(p) == len(n) else None for p, n in zip(pointers, sizes)]
+
+
+def _single_rows(pointers: Any, sizes: Any) -> list[Row | None]:
+    """The single-buffer calls' lists as rows of one buffer each."""
+    return _rows([[p] for p in _check_list(pointers, "buffer_ptrs")],
+                 [[n] for n in _check_list(sizes, "sizes")])
+
+
+def _joined(row: Row) -> memoryview:
+    if len(row) == 1:
+        return view(*row[0])  # the caller's memory itself: no copy before the file write
+    return memoryview(b"".join(view(address, size) for address, size in row))
 
 
 def _unique(keys: Sequence[str]) -> list[str]:
