@@ -85,7 +85,6 @@ class _Open:
     """A set-up store."""
 
     options: SetupOptions
-    url: str
     index: Index
     files: SegmentFiles
     hostname: str
@@ -126,18 +125,20 @@ class MooncakeDistributedStore:
         rediss://, redis+cluster:// or memory:// URL, or Mooncake's host:port (then
         MOONCAKE_REDIS_URL names the Redis). The config dict also takes "namespace" and
         "data_dir". Returns 0 or Mooncake's code (the reason is logged)."""
-        if len(args) + len(kwargs) == 1 and isinstance(
-                args[0] if args else kwargs.get("config"), Mapping):
-            parse: Callable[[], SetupOptions] = lambda: SetupOptions.from_dict(  # noqa: E731
-                args[0] if args else kwargs["config"])
-        else:
-            values = _bind_setup(args, kwargs)
-            parse = lambda: SetupOptions.positional(*values)  # noqa: E731
+        try:
+            if len(args) + len(kwargs) == 1 and isinstance(
+                    args[0] if args else kwargs.get("config"), Mapping):
+                options = SetupOptions.from_dict(args[0] if args else kwargs["config"])
+            else:  # a TypeError (bad argument types) is raised before anything changes
+                options = SetupOptions.positional(*_bind_setup(args, kwargs))
+        except SetupError as error:
+            log.error("MooncakeDistributedStore.setup: %s", error)
+            return error.code
         with self._lock:
-            if self._open is not None:
+            if self._open is not None:  # set up again: this store starts over
                 self._close()
             try:
-                self._open = _start(parse())
+                self._open = _start(options)
                 self._finalizer = weakref.finalize(self, _shutdown_quietly, self._open)
             except SetupError as error:
                 log.error("MooncakeDistributedStore.setup: %s", error)
@@ -725,7 +726,7 @@ def _start(options: SetupOptions) -> _Open:
             keeper = Keeper(lambda: _keeper_plane(url, namespace, store),
                             options.global_segment_size, view_, INTERVAL_S)
         view_.refresh(index)
-        state = _Open(options, url, index, files, hostname, port_holder, plane, keeper, view_)
+        state = _Open(options, index, files, hostname, port_holder, plane, keeper, view_)
         if keeper is not None:
             keeper.start()
         return state
