@@ -20,6 +20,7 @@ import redis
 
 from . import (
     cluster,
+    dropin,
     eviction,
     goals,
     match_prefix,
@@ -32,7 +33,7 @@ from .common import SCALES, Context, Table, TreeSnapshots, to_json
 
 BENCHMARKS: dict[str, ModuleType] = {module.NAME: module for module in
                                      (registration, memory, eviction, match_prefix, side_by_side,
-                                      prefix_query, cluster)}
+                                      prefix_query, cluster, dropin)}
 
 DESCRIPTION = """\
 Benchmarks of mooncake-redis (data model v2) against its goals (issue 10), its baselines
@@ -53,6 +54,10 @@ no persistence unless said; never your Redis):
   prefix_query  get_keys_by_prefix vs SCAN MATCH over a flat store, 10k/100k/1M objects
   cluster       registration and eviction on 1 redis-server vs a 3-master local cluster;
                 how the 256 shards spread over the masters
+  dropin        1 MiB pages put and read through the Mooncake drop-in
+                (mooncake_redis.mooncake) next to the real Mooncake client and master
+                (tcp), the same calls on both: put, get, batch_put_from, batch_get_into,
+                batch_is_exist, batch_remove; pages/s and the ratio
 
 Trees are chat-shaped (system prompts, multi-turn chains, branches), two objects per
 page, built once per run through the public API and loaded into each benchmark's server

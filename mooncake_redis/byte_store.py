@@ -100,6 +100,16 @@ class FileByteStore:
         except FileNotFoundError:
             return False
 
+    def read_range(self, replica: Replica, offset: int, buffer: memoryview) -> bool:
+        """Fill buffer with the replica's bytes from offset on; False if its file is gone
+        or holds fewer bytes than that."""
+        try:
+            with open(self.path(replica.location), "rb", buffering=0) as source:
+                source.seek(offset)
+                return source.readinto(buffer) == len(buffer)
+        except FileNotFoundError:
+            return False
+
     def delete(self, location: str) -> int | None:
         """Delete a file; its bytes, or None if it was not there."""
         path = self.path(location)

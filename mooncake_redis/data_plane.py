@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .byte_store import FileByteStore, Released
+from .byte_store import FileByteStore, Released, digest
 from .errors import (
     EventsLost,
     InvalidArgument,
@@ -91,54 +91,41 @@ class FileDataPlane:
     # -- writing -------------------------------------------------------------------------
 
     def put(self, pages: Sequence[Page]) -> list[bool]:
-        """Store pages (one batch_put_start and one batch_put_end round trip); per page,
-        whether it is stored now (True too when it was stored already with the same size
-        and bytes; False, logged and counted in `conflicts`, when the stored object has
-        another size or digest: two writers that name different bytes with one key). A
-        page refused for space gets one retry after an eviction job."""
-        replicas = {page.key: self.store.write(page.key, page.data) for page in pages}
-        try:
-            results = self._put_start(pages, replicas)
-        except OutcomeUnknown:
-            raise  # the objects may be stored, naming these files: keep them
-        except BaseException:
-            for replica in replicas.values():
-                self.store.delete(replica.location)
-            raise
-        full = [page for page in pages if isinstance(results[page.key].error, NoSpace)]
-        if full and self.evict_inline:
-            self.evict(self._room_for(full))
-            results.update(self._put_start(full, replicas))
-        stored = {key: result.ok for key, result in results.items()}
-        for key, result in results.items():
-            if not result.ok:  # refused: its file is ours alone
-                self.store.delete(replicas[key].location)
-        existing = [key for key, result in results.items()
+        """Store pages on this plane's store (see write); per page, whether it is stored
+        now: True too when it was stored already with the same size and bytes; False,
+        logged and counted in `conflicts`, when the stored object has another size or
+        digest (two writers that name different bytes with one key)."""
+        results = self.write(pages)
+        existing = [page for page, result in zip(pages, results)
                     if isinstance(result.error, ObjectAlreadyExists)]
-        if existing:
-            stored.update(self._same_bytes(existing, replicas))
-        finished = [key for key, result in results.items() if result.ok]
-        for result in self.index.batch_put_end(finished):
-            stored[result.key] = result.ok  # a put_end refused: an event frees its file
-        if self.evict_inline and self.index.usage().ratio > self.index.settings.high_watermark:
-            self.evict()
-        return [stored[page.key] for page in pages]
+        same = self._same_bytes(existing) if existing else {}
+        return [result.ok or same.get(page.key, False)
+                for page, result in zip(pages, results)]
 
-    def _same_bytes(self, keys: Sequence[str], replicas: Mapping[str, Replica]
-                    ) -> dict[str, bool]:
-        """Per key stored already, whether the stored object holds what this put brought:
+    def write(self, pages: Sequence[Page], *,
+              stores: Mapping[str, Sequence[FileByteStore]] | None = None,
+              soft_pin: bool = False, hard_pin: bool = False, upsert: bool = False
+              ) -> list[Result[None]]:
+        """write_pages on this plane's index: each page on the stores given (default this
+        plane's own), eviction jobs in this process if evict_inline."""
+        return write_pages(self.index, pages,
+                           stores or {page.key: [self.store] for page in pages},
+                           soft_pin=soft_pin, hard_pin=hard_pin, upsert=upsert,
+                           evict=self.evict if self.evict_inline else None)
+
+    def _same_bytes(self, pages: Sequence[Page]) -> dict[str, bool]:
+        """Per page stored already, whether the stored object holds what this put brought:
         its size, and the digest its file name carries (one round trip, no lease). An
         object stored without a digest (an earlier release's file) is compared by size."""
         same = {}
         mismatched = []
-        for key, info in zip(keys, self.peek(keys)):
-            ours = replicas[key]
+        for page, info in zip(pages, self.peek([page.key for page in pages])):
             theirs = [r for r in (info.replicas if info else ()) if self.store.is_ours(r)]
             digests = {self.store.digest_of(r.location) for r in theirs} - {None}
-            same[key] = info is not None and info.size == ours.size and (
-                not digests or self.store.digest_of(ours.location) in digests)
-            if info and not same[key]:
-                mismatched.append(key)
+            same[page.key] = info is not None and info.size == len(page.data) and (
+                not digests or digest(page.data) in digests)
+            if info and not same[page.key]:
+                mismatched.append(page.key)
         if mismatched:
             self.conflicts += len(mismatched)
             log.warning("refused %d pages stored already with other bytes (size or digest "
@@ -159,29 +146,6 @@ class FileDataPlane:
                 raise value
             found.append(object_info(key, prefix_hash, value))
         return found
-
-    def _put_start(self, pages: Sequence[Page], replicas: Mapping[str, Replica]
-                   ) -> dict[str, Result[None]]:
-        results = self.index.batch_put_start(
-            [(page.key, len(page.data), page.parent, [replicas[page.key]]) for page in pages])
-        return {result.key: result for result in results}
-
-    def _room_for(self, pages: Sequence[Page]) -> float:
-        """The eviction target that leaves room for these pages. Admission gives each of
-        the SHARD_COUNT shards its usage plus an even share of the free space
-        (admission.py), so a shard takes k more pages only while the free space is at
-        least SHARD_COUNT times their bytes: with a capacity of a few thousand pages, the
-        usual target (high_watermark - eviction_ratio) may leave less than that."""
-        settings = self.index.settings
-        if not settings.capacity_bytes:
-            return settings.eviction_target_ratio
-        per_shard: dict[str, int] = {}
-        for page in pages:
-            shard = self.index.ctx.shard(self.index.ctx.split(page.key)[0])
-            per_shard[shard] = per_shard.get(shard, 0) + len(page.data)
-        need = SHARD_COUNT * max(per_shard.values(), default=0)
-        room = 1 - need / settings.capacity_bytes - settings.eviction_ratio
-        return max(0.0, min(settings.eviction_target_ratio, room))
 
     # -- reading -------------------------------------------------------------------------
 
@@ -275,3 +239,77 @@ class FileDataPlane:
             if self.index.evict(target_ratio).stopped != ROUND_LIMIT:
                 break
         return self.release()
+
+
+def write_pages(index: Index, pages: Sequence[Page],
+                stores: Mapping[str, Sequence[FileByteStore]], *, soft_pin: bool = False,
+                hard_pin: bool = False, upsert: bool = False,
+                evict: Callable[[float | None], object] | None = None,
+                watermark: bool = True) -> list[Result[None]]:
+    """Store pages: each page's bytes into a new file on each of its stores (a replica
+    each), then one batch_put_start (batch_upsert_start with upsert) and one batch_put_end
+    round trip. Per page its Result: ok, or the error that refused it; a refused page
+    leaves no file (ObjectAlreadyExists: stored already, by this or another writer). With
+    evict (an eviction job to a target ratio; None: the usual one), a page refused for
+    space gets one retry after a job that leaves room for it, and, with watermark, a job
+    runs when usage ends above the high watermark (one more usage() read per call)."""
+    replicas: dict[str, list[Replica]] = {}
+    try:
+        for page in pages:
+            replicas[page.key] = []
+            for store in stores[page.key]:
+                replicas[page.key].append(store.write(page.key, page.data))
+        results = _put_start(index, pages, replicas, soft_pin, hard_pin, upsert)
+    except OutcomeUnknown:
+        raise  # the objects may be stored, naming these files: keep them
+    except BaseException:
+        _delete(stores, replicas, replicas)
+        raise
+    full = [page for page in pages if isinstance(results[page.key].error, NoSpace)]
+    if full and evict is not None:
+        evict(room_for(index, full))
+        results.update(_put_start(index, full, replicas, soft_pin, hard_pin, upsert))
+    _delete(stores, replicas, [key for key, result in results.items() if not result.ok])
+    finished = [key for key, result in results.items() if result.ok]
+    for result in index.batch_put_end(finished):
+        if not result.ok:  # a put_end refused: an event frees its files
+            results[result.key] = result
+    if evict is not None and watermark and \
+            index.usage().ratio > index.settings.high_watermark:
+        evict(None)
+    return [results[page.key] for page in pages]
+
+
+def _put_start(index: Index, pages: Sequence[Page], replicas: Mapping[str, Sequence[Replica]],
+               soft_pin: bool, hard_pin: bool, upsert: bool) -> dict[str, Result[None]]:
+    start = index.batch_upsert_start if upsert else index.batch_put_start
+    results = start([(page.key, len(page.data), page.parent, replicas[page.key])
+                     for page in pages], soft_pin=soft_pin, hard_pin=hard_pin)
+    return {result.key: result for result in results}
+
+
+def _delete(stores: Mapping[str, Sequence[FileByteStore]],
+            replicas: Mapping[str, Sequence[Replica]], keys: Iterable[str]) -> None:
+    """Delete the files written for pages nobody stored (a refused page's files are this
+    writer's alone)."""
+    for key in keys:
+        for store, replica in zip(stores[key], replicas[key]):
+            store.delete(replica.location)
+
+
+def room_for(index: Index, pages: Sequence[Page]) -> float:
+    """The eviction target that leaves room for these pages. Admission gives each of the
+    SHARD_COUNT shards its usage plus an even share of the free space (admission.py), so a
+    shard takes k more pages only while the free space is at least SHARD_COUNT times
+    their bytes: with a capacity of a few thousand pages, the usual target
+    (high_watermark - eviction_ratio) may leave less than that."""
+    settings = index.settings
+    if not settings.capacity_bytes:
+        return settings.eviction_target_ratio
+    per_shard: dict[str, int] = {}
+    for page in pages:
+        shard = index.ctx.shard(index.ctx.split(page.key)[0])
+        per_shard[shard] = per_shard.get(shard, 0) + len(page.data)
+    need = SHARD_COUNT * max(per_shard.values(), default=0)
+    room = 1 - need / settings.capacity_bytes - settings.eviction_ratio
+    return max(0.0, min(settings.eviction_target_ratio, room))

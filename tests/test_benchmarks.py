@@ -20,6 +20,7 @@ RESULT_KEYS = {
     "mooncake": "ops",
     "prefix_query": "sizes",
     "cluster": "backends",
+    "dropin": "dropin",
 }
 """Each benchmark's main entry in results.json."""
 
@@ -73,6 +74,10 @@ def test_small_run_writes_results(tmp_path: Path) -> None:
     assert results["prefix_query"]["sizes"][0]["scan"]["samples"] > 0
     assert {row["evicted_objects"] for row in results["cluster"]["backends"].values()} == {100}
     assert sum(row["shards"] for row in results["cluster"]["spread"]) == 256
+    assert results["dropin"]["mooncake"] == {"skipped": "--skip-peer given"}
+    assert set(results["dropin"]["dropin"]) == {"shm", "disk"}
+    assert all(rate > 0 for rates in results["dropin"]["dropin"].values()
+               for rate in rates.values())
     goals = {goal["item"]: goal for goal in report["goals"]}
     assert goals["memory per node of two objects, 1M objects, Redis defaults"]["measured"] > 0
     assert "### Issue 10 goals" in (tmp_path / "tables.md").read_text()
@@ -89,17 +94,33 @@ def test_only_runs_the_named_benchmark(tmp_path: Path) -> None:
         "per-rank batch of 200 pages at depth 1,000, round trips"}
 
 
-def test_side_by_side_runs_the_mooncake_master_where_installed(tmp_path: Path) -> None:
+def run_with_the_peer(name: str, tmp_path: Path) -> dict[str, Any]:
+    """One benchmark at --scale small with the real Mooncake client (skip if not here)."""
     sys.path.insert(0, str(ROOT))
     from benchmarks import mooncake_peer
 
     reason = mooncake_peer.available()
     if reason is not None:
         pytest.skip(f"mooncake peer unavailable: {reason}")
-    completed = run_benchmarks("--scale", "small", "--only", "mooncake", "--out", str(tmp_path))
+    completed = run_benchmarks("--scale", "small", "--only", name, "--out", str(tmp_path))
     assert completed.returncode == 0, completed.stderr
-    side = json.loads((tmp_path / "results.json").read_text())["benchmarks"]["mooncake"]
+    return dict(json.loads((tmp_path / "results.json").read_text())["benchmarks"][name])
+
+
+def test_side_by_side_runs_the_mooncake_master_where_installed(tmp_path: Path) -> None:
+    side = run_with_the_peer("mooncake", tmp_path)
+    from benchmarks import mooncake_peer  # importable once run_with_the_peer put ROOT first
+
     rates = side["results"]["peer"]["rates"]
     assert set(mooncake_peer.OPS) <= set(rates)
     assert all(row["redis_aof"]["ratio"] > 0 for row in side["results"]["ops"]
                if row["theirs"] is not None)
+
+
+def test_the_drop_in_runs_next_to_the_real_mooncake_client_where_installed(tmp_path: Path
+                                                                         ) -> None:
+    results = run_with_the_peer("dropin", tmp_path)
+    from benchmarks import dropin_workload  # importable once run_with_the_peer put ROOT first
+
+    assert set(results["results"]["mooncake"]["results"]) == set(dropin_workload.OPS)
+    assert all(row[1] > 0 and row[3] > 0 for row in results["tables"][0]["rows"])
