@@ -38,6 +38,12 @@ _NAME = re.compile(r"([A-Za-z0-9_.~%-]*)@([0-9a-f]{16})(?:-([0-9a-f]{16}))?\.bin
 """<quoted key>@<tag>-<digest>.bin: the only names the store writes, reads or deletes
 (names without -<digest>, written by earlier releases, are still read and deleted)."""
 
+NAME_MAX = 255
+"""The longest file name the filesystems in use take (ext4, xfs, tmpfs)."""
+MAX_QUOTED_KEY = NAME_MAX - len(f".@{'0' * 16}-{'0' * 16}{SUFFIX}.tmp")
+"""The longest percent-encoded key whose file names fit NAME_MAX, the temporary one
+included (212 bytes)."""
+
 FREED_TYPES = frozenset({"evicted", "removed", "revoked"})
 """Event types whose replicas are free at once."""
 

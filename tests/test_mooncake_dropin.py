@@ -37,7 +37,7 @@ from mooncake_redis.mooncake import (
     SoftPinAction,
 )
 from mooncake_redis.mooncake.setup_options import parse_size
-from mooncake_redis.mooncake.store import MOONCAKE_DEFAULTS
+from mooncake_redis.mooncake.store import MAX_ENCODED_KEY, MOONCAKE_DEFAULTS
 from mooncake_redis.values import decode_object, split_node
 
 NAMESPACE = "dropin"
@@ -279,6 +279,16 @@ def test_put_get_and_the_bytes_on_disk(store: MooncakeDistributedStore, index: I
     assert disk_matches_store(index, data_dir)
 
 
+def test_the_longest_key_a_file_name_holds_is_stored(store: MooncakeDistributedStore,
+                                                     index: Index, data_dir: Path) -> None:
+    longest = ["k" * MAX_ENCODED_KEY, "%" * (MAX_ENCODED_KEY // 3)]  # "%" encodes as "%25"
+    for key in longest:
+        assert store.put(key, b"long") == 0 and store.upsert(key, b"longer") == 0
+    assert store.get_batch(longest) == [b"longer", b"longer"]
+    wait_until(lambda: len(disk(data_dir)) == 2, "the upserts' old files to go")
+    assert disk_matches_store(index, data_dir)
+
+
 def test_remove_refuses_a_leased_object_unless_forced(store: MooncakeDistributedStore,
                                                       index: Index, data_dir: Path) -> None:
     for key in ("read", "probed", "untouched", "twice"):
@@ -346,6 +356,8 @@ def test_a_refused_put_leaves_no_file_and_no_object(open_store: Opener, data_dir
     assert store.put(f"{A}__k", b"x", parent) == INVALID_PARAMS
     assert store.put("k", bytes(2 << 20)) == INVALID_PARAMS  # over local_buffer_size
     assert store.put("k" * 300, b"x") == INVALID_PARAMS  # a file name too long to make
+    assert store.put("k" * (MAX_ENCODED_KEY + 1), b"x") == INVALID_PARAMS
+    assert store.put("%" * (MAX_ENCODED_KEY // 3 + 1), b"x") == INVALID_PARAMS  # "%25" each
     big, address = memory(SEGMENT + 1)
     assert store.register_buffer(address, len(big)) == 0
     assert store.put_from("k", address, len(big)) == NO_AVAILABLE_HANDLE  # no segment that big

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from ..byte_store import FileByteStore
+from ..byte_store import MAX_QUOTED_KEY, FileByteStore
 from ..data_plane import FileDataPlane, Page, room_for, write_pages
 from ..errors import (
     InvalidArgument,
@@ -65,9 +65,9 @@ MOONCAKE_DEFAULTS: dict[str, Any] = {
 (`mooncake_master --help`). Opening a namespace never changes stored settings, and a
 MOONCAKE_REDIS_<SETTING> variable wins over these, as for every Index."""
 
-MAX_ENCODED_KEY = 220
-"""A key's file name is the key percent-encoded plus a tag (FileByteStore): keys longer
-than this encoded would pass the 255-byte file name limit, and are refused."""
+MAX_ENCODED_KEY = MAX_QUOTED_KEY
+"""A key's file name is the key percent-encoded plus a tag and a digest (FileByteStore):
+keys longer than this encoded would pass the 255-byte file name limit, and are refused."""
 
 STALE_AFTER_S = 60.0
 """A segment directory nothing wrote to for this long, whose segment is not registered,
