@@ -18,7 +18,7 @@ from .doctor import examine
 from .eviction import NO_CAPACITY, TARGET_REACHED, EvictionReport, Evictor
 from .index import Index
 from .logs import LEVELS, configure_logging
-from .render import human_bytes, plural
+from .render import human_bytes, plural, resolver_summary
 from .settings import ENV_URL
 from .urls import safe_url
 
@@ -62,9 +62,7 @@ def report_lines(report: EvictionReport) -> list[str]:
         f"bytes evicted:    {report.bytes} ({human_bytes(report.bytes)})",
         f"used:             {human_bytes(report.start_used_bytes)} -> "
         f"{human_bytes(report.used_bytes)} (target {human_bytes(report.target_bytes)})",
-        f"resolver:         {plural(resolver.intents, 'unlink')} finished, pending links "
-        f"{resolver.kept} kept / {resolver.dropped} dropped, "
-        f"{plural(resolver.cycles_broken, 'cycle')} broken",
+        f"resolver:         {resolver_summary(resolver)}",
         f"time:             {report.seconds:.3f} s",
     ]
 

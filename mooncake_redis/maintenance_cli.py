@@ -22,7 +22,7 @@ from .cli_support import (
 from .doctor import examine
 from .fsck import FsckReport, check
 from .prefix import SHARD_COUNT
-from .render import plural
+from .render import plural, resolver_summary
 from .urls import safe_url
 
 
@@ -71,9 +71,7 @@ def report_lines(report: FsckReport, show: int) -> list[str]:
     lines += [f"  repaired {kind}: {count}" for kind, count in sorted(report.repaired.items())]
     resolver = report.resolver
     if resolver:
-        lines.append(f"  resolver: {plural(resolver.intents, 'unlink')} finished, pending "
-                     f"links {resolver.kept} kept / {resolver.dropped} dropped, "
-                     f"{plural(resolver.cycles_broken, 'cycle')} broken")
+        lines.append(f"  resolver: {resolver_summary(resolver)}")
     return lines
 
 
