@@ -78,6 +78,14 @@ def check(ctx: Context, repair: bool = False, shards: Sequence[str] | None = Non
     checked from the nodes of those shards, cycles among them."""
     checker = _Checker(ctx, repair)
     todo = list(shards) if shards is not None else list(ctx.all_shards())
+    ctx.reload_settings()
+    for name, value in sorted(ctx.unreadable_settings.items()):
+        # not repaired: the right value is not known here (an extractor may be one other
+        # processes register); `config set` or `config reset` mends it
+        checker.report.add("setting_unreadable",
+                           f"{ctx.schema.settings} {name}={value[:80]!r} cannot be read; "
+                           f"clients use the default: `config set {name}=VALUE` or "
+                           f"`config reset {name}`")
     if repair:
         checker.report.resolver = resolve(ctx, grace_ms=0, shards=todo)
     node_keys: dict[str, list[str]] = defaultdict(list)

@@ -12,7 +12,7 @@ import redis
 
 from mooncake_redis.admission import rebalance
 from mooncake_redis.context import Context
-from mooncake_redis.errors import ClusterUnavailable
+from mooncake_redis.errors import ClusterUnavailable, MooncakeRedisError
 from mooncake_redis.segments import unmount_silent
 
 from .jobs import request_eviction
@@ -25,10 +25,12 @@ def watch(ctx: Context, interval_s: float = 1.0, iterations: int | None = None,
           on_enqueued: Callable[[int], None] | None = None) -> int:
     """Check every interval_s seconds (forever, or `iterations` times, or until `stop` is
     set); returns how many jobs it enqueued (each also passed to on_enqueued). A Redis that
-    is down or restarting is waited for, not fatal; that it is back is logged once."""
+    is down or restarting is waited for, not fatal; that it is back is logged once. Any
+    other failure of a check (a refused write, say) is logged once and tried again."""
     stop = stop or threading.Event()
     enqueued = tick = 0
     unavailable = False
+    failing = ""
     while (iterations is None or tick < iterations) and not stop.is_set():
         try:
             new = _check(ctx)
@@ -43,6 +45,14 @@ def watch(ctx: Context, interval_s: float = 1.0, iterations: int | None = None,
         except (redis.ConnectionError, redis.TimeoutError, ClusterUnavailable) as error:
             log.warning("Redis unavailable (%s); retrying in %.1f s", error, interval_s)
             unavailable = True
+        except (MooncakeRedisError, redis.RedisError) as error:
+            # a value it cannot use, a refused write: said, and tried again next interval
+            if str(error) != failing:
+                log.error("monitor check failed (%s); retrying every %.1f s", error,
+                          interval_s)
+            failing = str(error)
+        else:
+            failing = ""
         tick += 1
         if iterations is None or tick < iterations:
             stop.wait(interval_s)
