@@ -326,7 +326,10 @@ def _old_entries(ctx: Context, index: str, cutoff: int, shards: Sequence[str],
         batch.command("ZRANGEBYSCORE", key, "-inf", cutoff, "LIMIT", 0, RESOLVER_PAGE)
     entries: list[Intent] = []
     for shard, key, page in zip(shards, keys, batch.execute()):
-        dropped = [member for member in page if not _stands_for_a_link(ctx, member, shard)]
+        if isinstance(page, Exception):  # a key of another type: fsck --repair drops it
+            log.warning("cannot read %s (%s); skipping that shard", key, page)
+            continue
+        dropped = [member for member in page if not stands_for_a_link(ctx, member, shard)]
         entries += [(parts[0], parts[1], parts[2]) for parts in
                     (member.split("|") for member in page if member not in dropped)]
         if dropped:
@@ -337,7 +340,9 @@ def _old_entries(ctx: Context, index: str, cutoff: int, shards: Sequence[str],
     return entries
 
 
-def _stands_for_a_link(ctx: Context, member: str, shard: str) -> bool:
+def stands_for_a_link(ctx: Context, member: str, shard: str) -> bool:
+    """Whether a pending or outbox member of the shard can be a link's entry: three parts,
+    an epoch a script could write, its first hash (the owner) of this shard."""
     parts = member.split("|")
     return (len(parts) == 3 and all(parts) and parts[2].isascii() and parts[2].isdigit()
             and len(parts[2]) <= MAX_EPOCH_DIGITS
