@@ -12,7 +12,7 @@ import redis
 
 from mooncake_redis.admission import rebalance
 from mooncake_redis.context import Context
-from mooncake_redis.errors import ClusterUnavailable, MooncakeRedisError
+from mooncake_redis.errors import MooncakeRedisError, RedisUnavailable
 from mooncake_redis.segments import unmount_silent
 
 from .jobs import request_eviction
@@ -41,8 +41,8 @@ def watch(ctx: Context, interval_s: float = 1.0, iterations: int | None = None,
                 log.info("Redis available again")
                 unavailable = False
         # redis-py raises ConnectionError; the executor (rebalance) reports a Redis it could
-        # not reach within cluster_retries as ClusterUnavailable, on a single Redis too.
-        except (redis.ConnectionError, redis.TimeoutError, ClusterUnavailable) as error:
+        # not reach within cluster_retries as RedisUnavailable (ClusterUnavailable).
+        except (redis.ConnectionError, redis.TimeoutError, RedisUnavailable) as error:
             log.warning("Redis unavailable (%s); retrying in %.1f s", error, interval_s)
             unavailable = True
         except (MooncakeRedisError, redis.RedisError) as error:
