@@ -1,6 +1,7 @@
 """The watermark monitor: keeps the shards' admission limits fresh, enqueues an eviction
-job whenever usage is above the high watermark, and unmounts segments whose owners stopped
-heart-beating (segment_heartbeat_timeout_ms)."""
+job whenever usage is above the high watermark, reclaims unfinished puts past
+put_start_release_timeout_ms at any usage (reclaim.py), and unmounts segments whose owners
+stopped heart-beating (segment_heartbeat_timeout_ms)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import redis
 from mooncake_redis.admission import rebalance
 from mooncake_redis.context import Context
 from mooncake_redis.errors import MooncakeRedisError, RedisUnavailable
+from mooncake_redis.reclaim import Reclaimer
 from mooncake_redis.segments import unmount_silent
 
 from .jobs import request_eviction
@@ -31,9 +33,10 @@ def watch(ctx: Context, interval_s: float = 1.0, iterations: int | None = None,
     enqueued = tick = 0
     unavailable = False
     failing = ""
+    reclaimer = Reclaimer()
     while (iterations is None or tick < iterations) and not stop.is_set():
         try:
-            new = _check(ctx)
+            new = _check(ctx, reclaimer)
             enqueued += new
             if new and on_enqueued is not None:
                 on_enqueued(new)
@@ -59,9 +62,10 @@ def watch(ctx: Context, interval_s: float = 1.0, iterations: int | None = None,
     return enqueued
 
 
-def _check(ctx: Context) -> int:
+def _check(ctx: Context, reclaimer: Reclaimer) -> int:
     settings = ctx.settings
     unmount_silent(ctx)
+    reclaimer.step(ctx)
     shards = rebalance(ctx)
     used = sum(s.used_bytes for s in shards)
     capacity = settings.capacity_bytes
