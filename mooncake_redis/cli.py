@@ -146,7 +146,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         args.target = full_hash(index, args.target)
     views = Views(index)
     now_ms = index.ctx.redis_time_ms()
-    node = index.get_node(args.target) if index.ctx.extractor.is_hash(args.target) else None
+    node = index.get_node(args.target) if index.ctx.names_a_node(args.target) else None
     info = index.object_info(args.target)
     if args.json and (node or info):
         print_json({"node": node, "object": info})

@@ -333,6 +333,32 @@ class Context:
                 f"a hash is {self.extractor.hash_form}", prefix_hash=text)
         return text
 
+    def names_a_node(self, text: str) -> bool:
+        """Whether a text can name a node under the namespace's rule: a well-formed hash,
+        or any prefix the extractor produces (a non-standard key is its own prefix: RFC,
+        Design 4)."""
+        if self.extractor.is_hash(text):
+            return True
+        try:
+            return self.extractor.prefix(text) == text
+        except Exception:  # noqa: BLE001 - a registered extractor that fails on odd text
+            return False
+
+    def node_hash(self, value: Any, what: str = "prefix hash") -> str:
+        """A node named by a caller's query: a prefix hash, or any prefix the extractor can
+        produce (queries accept every node a put can make; links still need a hash)."""
+        text = check_text(value, what, self._settings.max_key_length)
+        if self.names_a_node(text):
+            return text
+        try:
+            prefix = f"its prefix is {self.extractor.prefix(text)}"
+        except Exception:  # noqa: BLE001 - a registered extractor that fails on odd text
+            prefix = "the extractor gives it no prefix"
+        raise InvalidArgument(
+            f"{what} {text!r} names no node: it is an object key; {prefix} (under the "
+            f"{self.extractor.name!r} rule a hash is {self.extractor.hash_form}, and a key "
+            "without one is its own prefix)", prefix_hash=text)
+
     def shard(self, prefix_hash: str) -> str:
         return shard_of(prefix_hash)
 

@@ -381,7 +381,7 @@ class Index:
         return targets  # type: ignore[return-value]
 
     def _hash(self, prefix_hash: Any) -> str:
-        return self.ctx.prefix_hash(prefix_hash)
+        return self.ctx.node_hash(prefix_hash)
 
     def _require_tree(self) -> None:
         if not self.settings.enable_radix_tree:
