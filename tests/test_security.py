@@ -39,7 +39,7 @@ from mooncake_redis.settings import ENV_URL, Settings
 NAMESPACE = "acl"
 COMMANDS = [
     # what clients, workers, fsck and the CLI send (the executor loads scripts itself)
-    "+evalsha", "+script|load", "+time", "+scan", "+exists", "+get", "+set", "+del",
+    "+evalsha", "+script|load", "+time", "+scan", "+exists", "+type", "+get", "+set", "+del",
     "+hget", "+hmget", "+hgetall", "+hkeys", "+hset", "+hsetnx", "+hdel",
     "+zrange", "+zrangebyscore", "+zscore", "+zcard", "+zrem",
     # what the scripts run inside
@@ -47,8 +47,8 @@ COMMANDS = [
     # doctor reads the server's persistence settings from INFO when CONFIG is refused
     "+info",
 ]
-READ_COMMANDS = ["+time", "+scan", "+exists", "+get", "+hget", "+hmget", "+hgetall", "+hkeys",
-                 "+zrange", "+zrangebyscore", "+zscore", "+zcard", "+info"]
+READ_COMMANDS = ["+time", "+scan", "+exists", "+type", "+get", "+hget", "+hmget", "+hgetall",
+                 "+hkeys", "+zrange", "+zrangebyscore", "+zscore", "+zcard", "+info"]
 USERS = {
     # the namespace's own user: its keys and the commands above, nothing else
     "ns-user": ["on", ">ns-secret", "resetkeys", f"~{NAMESPACE}:*", "resetchannels",
