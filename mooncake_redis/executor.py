@@ -226,7 +226,7 @@ class Executor:
             reroute = pause = False
             groups = self._by_node(queued, pending)
             replies = self._send_groups(groups, queued, shortfalls)
-            for group, group_replies in zip(groups.values(), replies):
+            for (_, group), group_replies in zip(groups, replies):
                 for position, reply in zip(group, group_replies):
                     item = queued[position]
                     if reply is LOST and not item.retry_safe:
@@ -268,12 +268,14 @@ class Executor:
             raise shortfalls[0]
 
     def _by_node(self, queued: Sequence[Queued],
-                 positions: list[int]) -> dict[Any, list[int]]:
+                 positions: list[int]) -> list[tuple[Any, list[int]]]:
         """Positions grouped by the node serving them (None: no node serves the slot now),
-        each group in queue order."""
+        each group in queue order. Grouped by node name: redis-py's ClusterNode is
+        hashable only from 7.2."""
         if not self._cluster:
-            return {self._client: list(positions)}
-        groups: dict[Any, list[int]] = defaultdict(list)
+            return [(self._client, list(positions))]
+        groups: dict[str | None, list[int]] = defaultdict(list)
+        nodes: dict[str | None, ClusterNode | None] = {None: None}
         manager = self._client.nodes_manager
         for position in positions:
             key = queued[position].routing_key
@@ -282,15 +284,17 @@ class Executor:
                 node: ClusterNode | None = manager.get_node_from_slot(slot)
             except redis.exceptions.SlotNotCoveredError:
                 node = None
-            groups[node].append(position)
-        return groups
+            name = None if node is None else node.name
+            nodes[name] = node
+            groups[name].append(position)
+        return [(nodes[name], group) for name, group in groups.items()]
 
-    def _send_groups(self, groups: dict[Any, list[int]], queued: Sequence[Queued],
+    def _send_groups(self, groups: list[tuple[Any, list[int]]], queued: Sequence[Queued],
                      shortfalls: list[ReplicationIncomplete]) -> list[list[Any]]:
         """Writes every node's pipeline first, then reads the replies: the nodes work in
         parallel."""
         sessions = []
-        for node, group in groups.items():
+        for node, group in groups:
             client = None if node is None else (node if not self._cluster
                                                  else node.redis_connection)
             commands = [queued[i].args for i in group]
