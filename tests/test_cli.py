@@ -241,6 +241,29 @@ def test_evict_reports_and_exits_1_when_it_could_not_run(
     assert index.usage().objects == 0 and check(index.ctx).clean
 
 
+def test_evict_in_the_foreground_goes_on_past_max_rounds_per_job_and_says_why_it_stopped(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A chain of 20 pages takes 20 rounds (one leaf each time); the namespace's job limit
+    is 2 rounds. Without --rounds evict goes on to the target; with it, it says what to do."""
+    index = Index.from_url(redis_url, namespace="fg", capacity_bytes=1 << 20,
+                           max_rounds_per_job=2, leaves_per_round=1)
+    fill(index, 20, size=100)
+    common = ["--url", redis_url, "--namespace", "fg", "evict", "--quiet", "--target", "0"]
+    assert main([*common, "--rounds", "3"]) == 1
+    captured = capsys.readouterr()
+    assert "stopped:          round limit" in captured.out
+    assert "error: stopped at --rounds 3 above the target" in captured.err
+    assert main(common) == 0
+    assert f"stopped:          {TARGET_REACHED}" in capsys.readouterr().out
+    assert index.usage().objects == 0
+
+
+def test_evict_with_a_ratio_of_an_unlimited_capacity_says_how_to_set_one(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--url", redis_url, "evict", "--quiet", "--target", "0.5"]) == 1
+    assert "config set capacity_bytes=" in capsys.readouterr().err
+
+
 def test_worker_runs_a_queued_job_on_the_url_it_was_given(
         redis_url: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
