@@ -70,7 +70,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     from .config_cli import settings_lines
 
-    index = open_index(args, read_only=True)
+    index = open_index(args, read_only=True, must_exist=True)
     usage = index.usage()
     running = bool(index.client.exists(index.ctx.schema.eviction_lock))
     if args.json:
@@ -141,7 +141,7 @@ def full_hash(index: Index, text: str) -> str:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    index = open_index(args, read_only=True)
+    index = open_index(args, read_only=True, must_exist=True)
     if index.object_info(args.target) is None:  # an object key is taken as it is
         args.target = full_hash(index, args.target)
     views = Views(index)
@@ -163,7 +163,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
-    index = open_index(args, read_only=True)
+    index = open_index(args, read_only=True, must_exist=True)
     args.prefix_hash = full_hash(index, args.prefix_hash)
     if index.get_node(args.prefix_hash) is None:
         print(f"no node {args.prefix_hash!r} in namespace {index.namespace!r} at "
@@ -198,7 +198,7 @@ def find_roots(index: Index, limit: int) -> tuple[list[str], bool]:
 
 
 def cmd_roots(args: argparse.Namespace) -> int:
-    index = open_index(args, read_only=True)
+    index = open_index(args, read_only=True, must_exist=True)
     roots, more = find_roots(index, args.limit)
     if args.json:
         print_json({"roots": roots, "more": more})

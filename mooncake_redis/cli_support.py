@@ -16,7 +16,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .connection import SUPPORTED_SCHEMES, redact
+from .errors import MooncakeRedisError
 from .index import Index
+from .namespaces import namespace_exists
 from .settings import DEFAULT_NAMESPACE, DEFAULT_URL, ENV_NAMESPACE, ENV_URL
 from .urls import secrets_of
 
@@ -31,12 +33,24 @@ def namespace_of(args: argparse.Namespace) -> str:
     return args.namespace or os.environ.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE
 
 
+class NamespaceNotFound(MooncakeRedisError):
+    """A command that reads a namespace found nothing of it: no settings, no segments, no
+    shard stats (a mistyped --namespace looks like an empty store otherwise)."""
+
+
 def open_index(args: argparse.Namespace, read_only: bool = False, namespace: str | None = None,
-               **settings: Any) -> Index:
+               must_exist: bool = False, **settings: Any) -> Index:
     """The index of --url/--namespace. read_only=True writes nothing at open (no setting is
-    filled in from the environment); commands that only look must use it."""
-    return Index.from_url(url_of(args), namespace or namespace_of(args), read_only=read_only,
-                          **settings)
+    filled in from the environment); commands that only look must use it. must_exist:
+    raise NamespaceNotFound for a namespace that holds nothing (commands that read one)."""
+    index = Index.from_url(url_of(args), namespace or namespace_of(args), read_only=read_only,
+                           **settings)
+    if must_exist and not namespace_exists(index.ctx):
+        raise NamespaceNotFound(
+            f"namespace {index.namespace!r} does not exist at {redact(url_of(args))}: no "
+            "settings, segments or shard stats (mistyped? `mooncake-redis namespaces` lists "
+            "the namespaces there)")
+    return index
 
 
 def fail(message: str, *urls: str, code: int = FAILURE) -> int:

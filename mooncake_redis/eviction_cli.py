@@ -41,7 +41,7 @@ def ratio(text: str) -> float:
 
 def cmd_evict(args: argparse.Namespace) -> int:
 
-    index = open_index(args, read_only=True)  # evicting needs no setting filled in
+    index = open_index(args, read_only=True, must_exist=True)  # needs no setting filled in
     with tqdm(total=None, unit="B", unit_scale=True, desc="evicting", leave=False,
               disable=True if args.quiet else None) as bar:  # None: only on a terminal
         def on_round(report: EvictionReport) -> None:

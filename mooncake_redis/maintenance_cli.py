@@ -31,7 +31,7 @@ def cmd_fsck(args: argparse.Namespace) -> int:
     if args.json and args.repair:
         return fail("--json is for the read-only check: run fsck --repair without it",
                     code=USAGE)
-    index = open_index(args, read_only=not args.repair)
+    index = open_index(args, read_only=not args.repair, must_exist=True)
     shards = args.shard or None
     with tqdm(total=len(shards) if shards else SHARD_COUNT, unit="shard", desc="fsck",
               leave=False, disable=True if args.quiet else None) as bar:  # only on a TTY

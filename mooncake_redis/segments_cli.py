@@ -26,7 +26,7 @@ def capacity(text: str) -> int:
 
 def cmd_segments(args: argparse.Namespace) -> int:
     action = args.action or "list"
-    index = open_index(args, read_only=action == "list")
+    index = open_index(args, read_only=action == "list", must_exist=action == "list")
     if action == "mount":
         index.mount_segment(args.name, args.capacity)
     elif action == "remount":

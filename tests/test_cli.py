@@ -178,10 +178,11 @@ def test_read_only_commands_write_nothing(redis_url: str, monkeypatch: pytest.Mo
     before = snapshot(admin)
     for namespace in ("ro", "fresh"):
         common = ["--url", url, "--namespace", namespace]
-        assert main([*common, "stats"]) == 0
-        assert main([*common, "inspect", A]) == (0 if namespace == "ro" else 1)
-        assert main([*common, "tree", A]) == (0 if namespace == "ro" else 1)
-        assert main([*common, "fsck", "--quiet"]) == 0
+        found = 0 if namespace == "ro" else 1  # a namespace that does not exist: said so
+        assert main([*common, "stats"]) == found
+        assert main([*common, "inspect", A]) == found
+        assert main([*common, "tree", A]) == found
+        assert main([*common, "fsck", "--quiet"]) == found
         assert main([*common, "config", "get"]) == 0
         assert main([*common, "doctor"]) == 1  # the tests' server persists nothing
     assert "NOPERM" not in capsys.readouterr().err
@@ -260,6 +261,7 @@ def test_evict_in_the_foreground_goes_on_past_max_rounds_per_job_and_says_why_it
 
 def test_evict_with_a_ratio_of_an_unlimited_capacity_says_how_to_set_one(
         redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    fill(Index.from_url(redis_url), 1)
     assert main(["--url", redis_url, "evict", "--quiet", "--target", "0.5"]) == 1
     assert "config set capacity_bytes=" in capsys.readouterr().err
 
@@ -497,7 +499,7 @@ def test_errors_are_one_line_with_passwords_masked(
     err = capsys.readouterr().err
     assert "unknown URL scheme" in err and "pw-hunter4" not in err
     assert main(["inspect", "nothing"]) == 1
-    assert "no node or object 'nothing' in namespace 'mc'" in capsys.readouterr().err
+    assert "error: namespace 'mc' does not exist at memory://" in capsys.readouterr().err
 
 
 def test_redis_cli_flags_come_from_the_url_without_its_password() -> None:
@@ -555,8 +557,8 @@ def test_python_m_and_version() -> None:
     result = run_cli("--version")
     assert result.returncode == 0
     assert result.stdout.strip() == f"mooncake-redis {importlib.metadata.version('mooncake-redis')}"
-    result = run_cli("stats", "--url", "memory://")
-    assert result.returncode == 0 and "usage      0 objects in 0 nodes" in result.stdout
+    result = run_cli("config", "get", "--url", "memory://")
+    assert result.returncode == 0 and "settings of namespace 'mc'" in result.stdout
 
 
 def test_exit_codes_2_only_for_usage_errors(redis_url: str,
@@ -586,11 +588,11 @@ def test_monitor_with_a_negative_interval_is_a_usage_error_not_a_traceback() -> 
 
 def test_the_in_process_store_is_used_only_with_a_warning_unless_asked_for(
         capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["stats"]) == 0
+    assert main(["config", "get"]) == 0
     err = capsys.readouterr().err
-    assert "warning: no --url and no $MOONCAKE_REDIS_URL: `stats` runs on the in-process " \
+    assert "warning: no --url and no $MOONCAKE_REDIS_URL: `config` runs on the in-process " \
            "store memory://" in err
-    assert main(["--url", "memory://explicit", "stats"]) == 0
+    assert main(["--url", "memory://explicit", "config", "get"]) == 0
     assert "warning" not in capsys.readouterr().err
     assert main(["demo", "--conversations", "1", "--turns", "1"]) == 0
     assert "warning: no --url" not in capsys.readouterr().err
@@ -606,3 +608,19 @@ def test_sim_plot_without_matplotlib_fails_before_simulating(
     err = capsys.readouterr().err
     assert err.startswith("error: sim --plot needs matplotlib") and "[plot]" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_mistyped_namespace_is_said_to_not_exist(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Reads that need a namespace exit 1 naming it, instead of printing a healthy empty
+    store; config get still shows the defaults a new namespace would get."""
+    index = Index.from_url(redis_url, namespace="real")
+    index.put_start(f"{page('real')}_0_k", 1)
+    common = ["--url", redis_url, "--namespace", "reel"]
+    for command in (["stats"], ["stats", "--json"], ["fsck"], ["roots"], ["tree", A],
+                    ["inspect", A], ["segments"], ["evict", "--target", "0"]):
+        assert main([*common, *command]) == 1, command
+        err = capsys.readouterr().err
+        assert "error: namespace 'reel' does not exist" in err and "namespaces" in err, err
+    assert main([*common, "config", "get"]) == 0
+    assert main(["--url", redis_url, "--namespace", "real", "stats"]) == 0

@@ -104,7 +104,7 @@ def cmd_pods(args: argparse.Namespace) -> int:
         return fail(missing)
     from .pods import pods_for_prefix
 
-    index = open_index(args, read_only=True)
+    index = open_index(args, read_only=True, must_exist=True)
     runs = pods_for_prefix(index, args.hashes)
     if args.json:
         print_json({"blocks": len(args.hashes),
