@@ -15,9 +15,10 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from .connection import SUPPORTED_SCHEMES, redact
-from .errors import MooncakeRedisError
+from .connection import PASSWORD_HINT, SUPPORTED_SCHEMES, password_of, redact
+from .errors import ConfigurationError, MooncakeRedisError
 from .index import Index
+from .keys import KeySchema
 from .namespaces import namespace_exists
 from .settings import DEFAULT_NAMESPACE, DEFAULT_URL, ENV_NAMESPACE, ENV_URL
 from .urls import secrets_of
@@ -87,20 +88,47 @@ def non_negative(text: str) -> float:
 
 
 def redis_url(text: str) -> str:
-    """A URL the client can open (the scheme is checked here, so a mistyped URL is a usage
-    error; whether Redis answers there is found out by the command)."""
+    """A URL the client can open (the scheme and the ports are checked here, so a mistyped
+    URL is a usage error; whether Redis answers there is found out by the command)."""
     if "://" not in text:
         raise argparse.ArgumentTypeError(f"Redis URL {redact(text)!r} must look like "
                                          "redis://host:port/db")
-    if urlsplit(text).scheme not in SUPPORTED_SCHEMES:
+    scheme = urlsplit(text).scheme
+    if scheme not in SUPPORTED_SCHEMES:
         raise argparse.ArgumentTypeError(
             f"unknown URL scheme in {redact(text)!r}; use one of "
             + ", ".join(f"{scheme}://" for scheme in SUPPORTED_SCHEMES))
+    for port in _ports(text) if scheme in ("redis", "rediss", "redis+cluster") else ():
+        if not (port.isdigit() and 0 < int(port) < 65536):
+            hint = f"; {PASSWORD_HINT}" if password_of(text) and not port.isdigit() else ""
+            raise argparse.ArgumentTypeError(
+                f"Redis URL {redact(text)!r}: port {port!r} is not a number from 1 to "
+                f"65535{hint}")
     return text
 
 
-def add_json_option(parser: argparse.ArgumentParser) -> None:
+def _ports(url: str) -> list[str]:
+    """The ports a redis://, rediss:// or redis+cluster:// URL names: its hosts follow the
+    last '@' (a password may hold any character) up to the first '/' or '?'."""
+    hosts = url.split("://", 1)[1].rpartition("@")[2].split("/", 1)[0].split("?", 1)[0]
+    return [host.rpartition(":")[2] for host in hosts.split(",")
+            if ":" in host and not host.endswith("]")]  # [::1] alone: the default port
+
+
+def namespace_name(text: str) -> str:
+    """A namespace the key schema accepts (else a usage error)."""
+    try:
+        KeySchema(text)
+    except ConfigurationError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
+def add_json_option(parser: argparse.ArgumentParser, sub_command: bool = False) -> None:
+    """--json; on a sub-command of a command that has it too, one that leaves the
+    command's own alone (argparse lets a sub-parser's default overwrite it)."""
     parser.add_argument("--json", action="store_true",
+                        default=argparse.SUPPRESS if sub_command else False,
                         help="print one JSON document on stdout instead of text (same exit "
                              "codes; an infinite score is the string \"inf\")")
 

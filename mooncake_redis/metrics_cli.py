@@ -10,7 +10,7 @@ import signal
 import threading
 from typing import TYPE_CHECKING, Any
 
-from .cli_support import OK, at_least, fail, namespace_of, open_index, url_of
+from .cli_support import OK, at_least, fail, namespace_name, namespace_of, open_index, url_of
 from .connection import redact
 from .errors import ConfigurationError
 from .logs import configure_logging
@@ -65,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     metrics = subparsers.add_parser(
         "metrics", help="serve Prometheus metrics of namespaces (used and capacity bytes, "
                         "objects, nodes, leaves; read from Redis at each scrape); reads only")
-    metrics.add_argument("namespaces", nargs="*", metavar="NAMESPACE",
+    metrics.add_argument("namespaces", nargs="*", metavar="NAMESPACE", type=namespace_name,
                          help="namespaces to export (default: --namespace)")
     metrics.add_argument("--port", type=at_least(1), default=DEFAULT_PORT,
                          help=f"default: {DEFAULT_PORT}")

@@ -624,3 +624,33 @@ def test_a_mistyped_namespace_is_said_to_not_exist(
         assert "error: namespace 'reel' does not exist" in err and "namespaces" in err, err
     assert main([*common, "config", "get"]) == 0
     assert main(["--url", redis_url, "--namespace", "real", "stats"]) == 0
+
+
+def test_not_found_is_one_error_line_and_bad_names_or_ports_are_usage_errors(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    build(Index.from_url(redis_url, namespace="nf"))
+    common = ["--url", redis_url, "--namespace", "nf"]
+    for command in (["inspect", page("nowhere")], ["tree", page("nowhere")]):
+        assert main([*common, *command]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("error: no node") and err.count("\n") == 1, err
+    for wrong in (["--namespace", "a:{b}", "stats"], ["--url", "redis://localhost:abc/0", "stats"],
+                  ["--url", "redis://localhost:99999/0", "stats"],
+                  ["--url", "redis+cluster://h:1,h:x", "stats"], ["metrics", "--once", "a b"]):
+        with pytest.raises(SystemExit) as usage_error:
+            main(wrong)
+        assert usage_error.value.code == 2, wrong
+        assert "error: argument" in capsys.readouterr().err
+
+
+def test_pods_reads_redis_without_the_vllm_extra(redis_url: str) -> None:
+    """`pods` only reads the tree: it must run where pyzmq and msgpack are not installed."""
+    script = ("import sys\nsys.modules['zmq'] = sys.modules['msgpack'] = None\n"
+              "from mooncake_redis.cli import main\n"
+              f"sys.exit(main(['--url', {redis_url!r}, '--namespace', 'pods-noextra', "
+              f"'pods', {page('block')!r}]))\n")
+    Index.from_url(redis_url, namespace="pods-noextra", lease_ttl_ms=5)  # it exists
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 1, result.stderr  # asked and answered: no pod holds it
+    assert result.stderr.startswith("error: no pod holds the first block"), result.stderr

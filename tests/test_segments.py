@@ -367,10 +367,12 @@ def test_the_segments_command(redis_url: str, capsys: pytest.CaptureFixture[str]
     assert "registered already" in capsys.readouterr().err
     index = Index.from_url(redis_url, namespace="segcli")
     index.put_start(f"{A}_0_k", 10, replicas=[(SEGMENT, "0x1")])
-    assert main([*common, "segments", "--json"]) == 0
-    (listed,) = json.loads(capsys.readouterr().out)
-    assert (listed["name"], listed["used_bytes"], listed["capacity_bytes"]) == \
-        (SEGMENT, 10, 64 << 20)
+    for where in (["segments", "--json"], ["segments", "--json", "list"],
+                  ["segments", "list", "--json"]):  # --json before or after the action
+        assert main([*common, *where]) == 0
+        (listed,) = json.loads(capsys.readouterr().out)
+        assert (listed["name"], listed["used_bytes"], listed["capacity_bytes"]) == \
+            (SEGMENT, 10, 64 << 20)
     assert main([*common, "segments", "unmount", SEGMENT, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["done"] and report["deleted"] == 1

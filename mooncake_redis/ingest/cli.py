@@ -8,12 +8,11 @@ import importlib.util
 import logging
 import re
 import signal
-import sys
 import threading
 
 import blake3
 
-from ..cli_support import FINDING, OK, add_json_option, at_least, fail, open_index, print_json
+from ..cli_support import OK, add_json_option, at_least, fail, open_index, print_json
 from ..logs import LEVELS, configure_logging
 
 log = logging.getLogger("mooncake_redis.ingest")
@@ -99,10 +98,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_pods(args: argparse.Namespace) -> int:
-    missing = missing_extra()
-    if missing:
-        return fail(missing)
-    from .pods import pods_for_prefix
+    from .pods import pods_for_prefix  # only reads Redis: needs neither pyzmq nor msgpack
 
     index = open_index(args, read_only=True, must_exist=True)
     runs = pods_for_prefix(index, args.hashes)
@@ -113,9 +109,7 @@ def cmd_pods(args: argparse.Namespace) -> int:
         for pod, matched in runs:
             print(f"{pod}\t{matched}/{len(args.hashes)}")
     if not runs:
-        print(f"no pod holds the first block in namespace {index.namespace!r}",
-              file=sys.stderr)
-        return FINDING
+        return fail(f"no pod holds the first block in namespace {index.namespace!r}")
     return OK
 
 
@@ -153,7 +147,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     pods = subparsers.add_parser(
         "pods", help="which pods hold the longest leading run of a chain of vLLM block "
-                     "hashes, longest first (reads only; needs the vllm extra); exit 1 if "
+                     "hashes, longest first (reads only; needs no extra); exit 1 if "
                      "no pod holds the first block")
     pods.add_argument("hashes", nargs="+", type=block_hash, metavar="HASH",
                       help="block hashes, first block first: 64 hex digits, a decimal "

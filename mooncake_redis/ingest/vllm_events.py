@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import blake3
-import msgpack
 
 from ..errors import MooncakeRedisError
 
@@ -100,6 +99,8 @@ def decode_batch(payload: bytes) -> EventBatch:
     """A KVEventBatch from the payload frame vLLM publishes (and its replay socket
     re-sends). Raises InvalidEvent for anything else."""
     try:
+        import msgpack  # the vllm extra, imported only to decode: `pods` needs none of it
+
         document = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     except Exception as error:  # msgpack raises several unrelated types
         raise InvalidEvent(f"payload is not msgpack ({type(error).__name__}: {error})"
