@@ -217,8 +217,12 @@ BAD_STORED = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(BAD_STORED))
-def test_a_bad_stored_setting_shuts_nobody_out(make_index, case, caplog, capsys) -> None:
+@pytest.mark.parametrize("backend, case", [
+    *(("redis", case) for case in sorted(BAD_STORED)),
+    *((backend, case) for backend in ("cluster", "fakeredis")
+      for case in ("an extractor nobody registered", "a pair that breaks the watermark rule"))])
+def test_a_bad_stored_setting_shuts_nobody_out(make_index, backend, case, caplog,
+                                               capsys) -> None:
     """Clients, the eviction job, the monitor, fsck and the CLI open the namespace with the
     default for each unreadable value, say so, and `config set` / `config reset` mend it."""
     from mooncake_redis.workers.monitor import watch
