@@ -7,11 +7,12 @@ a (possibly shared) filesystem: it writes each object's bytes to a file of its o
 that file as the replica's location, and deletes files when events say their object is
 gone (`release`). examples/file_data_plane.py and hicache.py both use it.
 
-Every write gets a fresh file name (the key, quoted, and a random tag), never reused:
-an event that frees an old copy of a key can then never delete a newer one, however late
-it is applied. Locations read back from Redis are only ever file names inside the
-directory (checked), so whoever can write the namespace cannot make the data plane read
-or delete a file elsewhere.
+Every write gets a fresh file name (the key, quoted, a random tag and the bytes' digest),
+never reused: an event that frees an old copy of a key can then never delete a newer one,
+however late it is applied; and the digest in the name tells whether a stored copy holds
+the same bytes as a new one without reading it (`digest_of`). Locations read back from
+Redis are only ever file names inside the directory (checked), so whoever can write the
+namespace cannot make the data plane read or delete a file elsewhere.
 """
 
 from __future__ import annotations
@@ -25,14 +26,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+import blake3
+
 from .errors import InvalidArgument
 from .events import Event
 from .models import Replica
 from .values import decode_replicas, to_int
 
 SUFFIX = ".bin"
-_NAME = re.compile(r"([A-Za-z0-9_.~%-]*)@([0-9a-f]{16})\.bin")
-"""<quoted key>@<tag>.bin: the only names the store writes, reads or deletes."""
+_NAME = re.compile(r"([A-Za-z0-9_.~%-]*)@([0-9a-f]{16})(?:-([0-9a-f]{16}))?\.bin")
+"""<quoted key>@<tag>-<digest>.bin: the only names the store writes, reads or deletes
+(names without -<digest>, written by earlier releases, are still read and deleted)."""
 
 FREED_TYPES = frozenset({"evicted", "removed", "revoked"})
 """Event types whose replicas are free at once."""
@@ -50,6 +54,12 @@ class Released:
     """`replaced` events whose free_after is still ahead: pass them again later."""
 
 
+def digest(data: bytes | memoryview) -> str:
+    """The digest a file name carries: blake3 of the bytes, 64 bits in hex (enough to tell
+    two copies of one key apart; nobody chooses the bytes to collide)."""
+    return blake3.blake3(data).hexdigest(length=8)
+
+
 class FileByteStore:
     """One segment's bytes as files in one directory."""
 
@@ -64,7 +74,7 @@ class FileByteStore:
     def write(self, key: str, data: bytes | memoryview) -> Replica:
         """Write an object's bytes to a new file (written whole, then renamed into place,
         so a reader never sees half of it); the replica to give put_start."""
-        name = f"{quote(key, safe='')}@{secrets.token_hex(8)}{SUFFIX}"
+        name = f"{quote(key, safe='')}@{secrets.token_hex(8)}-{digest(data)}{SUFFIX}"
         temporary = self.directory / f".{name}.tmp"
         with open(temporary, "wb") as out:
             out.write(data)
@@ -104,7 +114,7 @@ class FileByteStore:
         """The file a replica location names, refused unless it is one of our names."""
         if not _NAME.fullmatch(location):
             raise InvalidArgument(f"replica location {location!r} is not a file name this "
-                                  f"store writes (<quoted key>@<tag>{SUFFIX})")
+                                  f"store writes (<quoted key>@<tag>-<digest>{SUFFIX})")
         return self.directory / location
 
     def is_ours(self, replica: Replica) -> bool:
@@ -123,6 +133,13 @@ class FileByteStore:
         """The object key a file name was written for."""
         match = _NAME.fullmatch(location)
         return unquote(match.group(1)) if match else None
+
+    @staticmethod
+    def digest_of(location: str) -> str | None:
+        """The digest of the bytes a file name was written with (`digest`); None for a name
+        that carries none (an earlier release's) or is not ours."""
+        match = _NAME.fullmatch(location)
+        return match.group(3) if match else None
 
     # -- freeing -------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ running, pass evict_inline=False and leave it to them).
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -29,8 +30,12 @@ from .errors import (
 from .events import Event
 from .eviction import ROUND_LIMIT
 from .index import Index
-from .models import Replica, Result
+from .models import ObjectInfo, Replica, Result
+from .objects import object_info
 from .prefix import SHARD_COUNT
+from .values import object_field
+
+log = logging.getLogger(__name__)
 
 EVENTS_PER_READ = 1000
 """Events read per shard stream per read at most."""
@@ -78,13 +83,19 @@ class FileDataPlane:
         process that stops before their time leaves those files behind)."""
         self.deleted_files = self.deleted_bytes = 0
         """What release() deleted so far."""
+        self.conflicts = 0
+        """Pages put() refused because the key was stored with other bytes."""
+        self.linked = 0
+        """Pages leading() linked under the page before them."""
 
     # -- writing -------------------------------------------------------------------------
 
     def put(self, pages: Sequence[Page]) -> list[bool]:
         """Store pages (one batch_put_start and one batch_put_end round trip); per page,
-        whether it is stored now (True too when it was stored already). A page refused for
-        space gets one retry after an eviction job."""
+        whether it is stored now (True too when it was stored already with the same size
+        and bytes; False, logged and counted in `conflicts`, when the stored object has
+        another size or digest: two writers that name different bytes with one key). A
+        page refused for space gets one retry after an eviction job."""
         replicas = {page.key: self.store.write(page.key, page.data) for page in pages}
         try:
             results = self._put_start(pages, replicas)
@@ -102,13 +113,52 @@ class FileDataPlane:
         for key, result in results.items():
             if not result.ok:  # refused: its file is ours alone
                 self.store.delete(replicas[key].location)
-                stored[key] = isinstance(result.error, ObjectAlreadyExists)
+        existing = [key for key, result in results.items()
+                    if isinstance(result.error, ObjectAlreadyExists)]
+        if existing:
+            stored.update(self._same_bytes(existing, replicas))
         finished = [key for key, result in results.items() if result.ok]
         for result in self.index.batch_put_end(finished):
             stored[result.key] = result.ok  # a put_end refused: an event frees its file
         if self.evict_inline and self.index.usage().ratio > self.index.settings.high_watermark:
             self.evict()
         return [stored[page.key] for page in pages]
+
+    def _same_bytes(self, keys: Sequence[str], replicas: Mapping[str, Replica]
+                    ) -> dict[str, bool]:
+        """Per key stored already, whether the stored object holds what this put brought:
+        its size, and the digest its file name carries (one round trip, no lease). An
+        object stored without a digest (an earlier release's file) is compared by size."""
+        same = {}
+        mismatched = []
+        for key, info in zip(keys, self.peek(keys)):
+            ours = replicas[key]
+            theirs = [r for r in (info.replicas if info else ()) if self.store.is_ours(r)]
+            digests = {self.store.digest_of(r.location) for r in theirs} - {None}
+            same[key] = info is not None and info.size == ours.size and (
+                not digests or self.store.digest_of(ours.location) in digests)
+            if info and not same[key]:
+                mismatched.append(key)
+        if mismatched:
+            self.conflicts += len(mismatched)
+            log.warning("refused %d pages stored already with other bytes (size or digest "
+                        "differ: two writers name different data with one key), e.g. %s",
+                        len(mismatched), mismatched[0])
+        return same
+
+    def peek(self, keys: Sequence[str]) -> list[ObjectInfo | None]:
+        """Per key, the stored object's metadata (no lease granted); None if absent."""
+        ctx = self.index.ctx
+        batch = ctx.batch()
+        targets = [ctx.split(key) for key in keys]
+        for prefix_hash, suffix in targets:
+            batch.command("HGET", ctx.schema.node(prefix_hash), object_field(suffix))
+        found = []
+        for key, (prefix_hash, _), value in zip(keys, targets, batch.execute()):
+            if isinstance(value, Exception):
+                raise value
+            found.append(object_info(key, prefix_hash, value))
+        return found
 
     def _put_start(self, pages: Sequence[Page], replicas: Mapping[str, Replica]
                    ) -> dict[str, Result[None]]:
@@ -148,16 +198,34 @@ class FileDataPlane:
         """Per key, its bytes; None if not stored (or its file went meanwhile)."""
         return [self.store.read(r) if r else None for r in self.replicas(keys)]
 
-    def leading(self, keys: Sequence[str]) -> int:
-        """How many leading keys of a chain of pages (key i's parent is key i-1's hash) are
-        stored: match_prefix bounds the run from the tree, then the keys themselves are
-        checked (a page's node can hold other writers' objects)."""
+    def leading(self, keys: Sequence[str], first_parent: str | None = None) -> int:
+        """How many leading keys of a chain of pages (key i's parent is key i-1's hash, key
+        0's first_parent if given) are stored and complete: one round trip for the keys,
+        one for their nodes' parents. A stored page whose node records no parent (written
+        by a writer that did not know it) is linked under the page before it, as the chain
+        shows (counted in `linked`), so eviction then takes the chain's leaves first."""
         if not keys:
             return 0
-        hashes = [self.index.ctx.split(key)[0] for key in keys]
-        run = self.index.match_prefix(hashes)
-        present = self.index.batch_is_exist(list(keys[:run]))
-        return present.index(False) if False in present else run
+        present = self.index.batch_is_exist(list(keys))
+        run = present.index(False) if False in present else len(present)
+        self._link_orphans(keys[:run], first_parent)
+        return run
+
+    def _link_orphans(self, keys: Sequence[str], first_parent: str | None) -> None:
+        ctx = self.index.ctx
+        hashes = [ctx.split(key)[0] for key in keys]
+        parents = [first_parent, *hashes[:-1]]
+        asked = [i for i, parent in enumerate(parents) if parent is not None]
+        if not asked:
+            return
+        batch = ctx.batch()
+        for i in asked:
+            batch.command("HGET", ctx.schema.node(hashes[i]), "p")
+        orphans = [i for i, recorded in zip(asked, batch.execute()) if recorded is None]
+        if orphans:
+            results = self.index.batch_register_radix_tree_node(
+                [(hashes[i], parents[i], [keys[i]]) for i in orphans])
+            self.linked += sum(result.ok for result in results)
 
     # -- freeing -------------------------------------------------------------------------
 

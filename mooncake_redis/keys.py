@@ -22,6 +22,7 @@ The schema (v2) is a contract that redis-cli users read; tests/test_keys.py pins
     <ns>:segments                HASH    segment name -> "<state>,<capacity>,<mounted ms>,
                                          <heartbeat ms>,<unmount cursors>" (segments.py)
     <ns>:ingest:<pod>            STRING  last vLLM event batch a pod's ingester applied
+    <ns>:tokens:<holder>         HASH    block -> token hash of the blocks a holder holds
     <ns>:eviction_lock           STRING  token of the one eviction job running (expires)
     <ns>:eviction_requested      STRING  set while an eviction job is queued (expires)
 
@@ -123,14 +124,20 @@ class KeySchema:
 
     @property
     def pod_holders(self) -> str:
-        """SET of the holders (pods, pod@medium) vLLM ingesters have recorded blocks for
-        (mooncake_redis.ingest.pods): what a query asks each node about."""
+        """SET of the holders (pods, pod@medium, pod/g<group>) vLLM ingesters have recorded
+        blocks for (mooncake_redis.ingest.pods): what a query asks each node about."""
         return f"{self.namespace}:pods"
 
     def ingest_position(self, pod: str) -> str:
         """STRING: the sequence number of the last KV event batch the pod's ingester
         applied, so a restarted ingester asks the replay socket for what it missed."""
         return f"{self.namespace}:ingest:{pod}"
+
+    def token_hashes(self, holder: str) -> str:
+        """HASH: for each block the holder (pod, pod@medium, pod/g<group>) holds that has a
+        token hash, its first 16 prefix-hash digits -> that token hash (16 hex digits), so
+        the holder's BlockRemoved finds the token node to leave (ingest.pods)."""
+        return f"{self.namespace}:tokens:{holder}"
 
     def pattern(self) -> str:
         """A glob that matches every key of the namespace (for ACLs and redis-cli --scan)."""

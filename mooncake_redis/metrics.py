@@ -22,7 +22,7 @@ from .context import Context
 from .errors import MooncakeRedisError
 from .eviction import EvictionReport, job_observers
 from .namespaces import namespace_exists
-from .observers import refusal_observers, script_observers
+from .observers import hicache_observers, refusal_observers, script_observers
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +202,10 @@ class Exporter:
                                 "batch calls, by operation and error class (NoSpace, "
                                 "ObjectLeased, ...)", ["namespace", "operation", "reason"],
                                 registry=self.registry)
+        self.hicache = Counter("mooncake_redis_hicache", "what the SGLang HiCache backends of "
+                               "this process counted: batches_without_parent, "
+                               "parents_linked, conflicting_pages (docs/INTEGRATIONS.md)",
+                               ["namespace", "counter"], registry=self.registry)
         self.script_seconds = Histogram("mooncake_redis_script_seconds", "time of the "
                                         "batches (round trips) that carried each script, "
                                         "once per script per batch", ["script"],
@@ -223,9 +227,13 @@ class Exporter:
     def observe_script(self, script: str, seconds: float) -> None:
         self.script_seconds.labels(script).observe(seconds)
 
+    def observe_hicache(self, namespace: str, counter: str, amount: int) -> None:
+        self.hicache.labels(namespace, counter).inc(amount)
+
     def _hooks(self) -> list[tuple[list[Any], Any]]:
         return [(job_observers, self.observe_job), (refusal_observers, self.observe_refusal),
-                (script_observers, self.observe_script)]
+                (script_observers, self.observe_script),
+                (hicache_observers, self.observe_hicache)]
 
     def count_this_process(self) -> None:
         """Count from now on what this process does: the eviction jobs it runs, the items

@@ -27,3 +27,8 @@ def count_refusals(namespace: str, operation: str, results: Sequence[Result[Any]
             if result.error is not None:
                 for observer in refusal_observers:
                     observer(namespace, operation, type(result.error).__name__)
+
+hicache_observers: list[Callable[[str, str, int], None]] = []
+"""Called with (namespace, counter, amount) when a HiCache backend of this process adds to
+one of its counters (hicache.HiCacheCounters: batches_without_parent, parents_linked,
+conflicting_pages)."""

@@ -1,40 +1,96 @@
-"""Check the HiCache backend against SGLang's own code, without a GPU or torch.
+"""Check the HiCache backend against SGLang's own code.
 
     pip download sglang==0.5.23 --no-deps -d /tmp/sglang
     .venv/bin/python scripts/check_sglang_hicache.py /tmp/sglang/sglang-0.5.23-*.whl
 
-Loads two modules from the wheel, sglang/srt/mem_cache/hicache_storage.py (the
-HiCacheStorage interface and HiCacheStorageConfig) and storage/backend_factory.py (how
-`--hicache-storage-backend dynamic` builds a backend), with stand-ins for the two
-imports they need that cannot be installed here (torch, and sglang.srt.environ's
-settings), then builds the backend exactly as SGLang does (StorageBackendFactory.
-create_backend("dynamic", HiCacheStorageConfig(...), host_pool)), checks it is a
-HiCacheStorage with every abstract method implemented, and runs a write-back and a
-prefetch through it on the in-process store. Prints what it did; exit 1 on a mismatch.
+The base checks need neither a GPU nor torch: they load two modules from the wheel,
+sglang/srt/mem_cache/hicache_storage.py (the HiCacheStorage interface, its config, extra
+info and v2 pool classes) and storage/backend_factory.py (how `--hicache-storage-backend
+dynamic` builds a backend), with stand-ins for what they import that is not installed
+(torch, sglang.srt.environ's settings); build the backend exactly as SGLang does
+(StorageBackendFactory.create_backend("dynamic", HiCacheStorageConfig(...), host_pool)),
+check it is a HiCacheStorage whose methods take SGLang's parameters, run a write-back and
+a prefetch through the v1 calls, the v2 calls with SGLang's PoolTransfer / PoolName /
+PoolHitPolicy (answered as SGLang's PoolTransferResult), and key every parallel slice of
+a page from configs SGLang's own HiCacheStorageConfig accepts.
+
+Where the wheel is installed with real (CPU) torch, the checks also drive SGLang's own
+HiCacheController code (cache_controller.py: _page_backup, _page_set_zero_copy,
+_storage_hit_query, _page_transfer with SGLang's StorageOperation, PrefetchOperation and
+page hashes) over a host pool of torch tensors: a 6-page chain backed up as two radix
+nodes (4 + 2 pages) with and without "hicache_storage_pass_prefix_keys", one page
+evicted, and the pages prefetched back. An environment for that (SGLang's imports that
+cache_controller.py reaches, CPU torch):
+
+    python3.11 -m venv .venv-check
+    .venv-check/bin/pip install torch numpy orjson psutil pybase64 requests triton \
+        packaging pillow starlette pydantic IPython aiohttp apache-tvm-ffi transformers \
+        torchvision dill sentencepiece compressed_tensors gguf
+    .venv-check/bin/pip install --no-deps /tmp/sglang/sglang-0.5.23-*.whl
+    .venv-check/bin/pip install -e .
+    .venv-check/bin/python scripts/check_sglang_hicache.py /tmp/sglang/sglang-0.5.23-*.whl
+
+Everything runs on the in-process store (memory://) and a temporary directory. Prints what
+it did; exit 1 on a mismatch.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.util
 import inspect
+import queue
 import sys
 import tempfile
 import types
 import zipfile
 from pathlib import Path
+from typing import Any
 
 MODULES = {
     "sglang.srt.mem_cache.hicache_storage": "sglang/srt/mem_cache/hicache_storage.py",
     "sglang.srt.mem_cache.storage.backend_factory":
         "sglang/srt/mem_cache/storage/backend_factory.py",
 }
+INTERFACE = ("batch_exists", "batch_get_v1", "batch_set_v1", "batch_exists_v2",
+             "batch_get_v2", "batch_set_v2", "register_mem_host_pool_v2",
+             "on_host_pools_registered")
+PAGE_SIZE = 4
+PAGE_BYTES = 64
+problems: list[str] = []
+
+
+def check(ok: bool, what: str) -> None:
+    print(("ok       " if ok else "MISMATCH ") + what)
+    if not ok:
+        problems.append(what)
+
+
+# -- loading SGLang ------------------------------------------------------------------------
+
+
+def installed_sglang(wheel: Path) -> bool:
+    """Whether this wheel's SGLang is installed with its imports (the full checks)."""
+    try:
+        version = importlib.import_module("sglang.version").__version__
+        importlib.import_module("sglang.srt.managers.cache_controller")
+    except Exception as error:  # anything SGLang's import chain raises without its deps
+        print(f"SGLang's cache controller cannot be imported here ({type(error).__name__}: "
+              f"{error}): base checks only")
+        return False
+    if f"-{version}-" not in wheel.name:
+        print(f"the installed SGLang is {version}, not the wheel's: base checks only")
+        return False
+    return True
 
 
 def stand_ins() -> None:
     """torch (only torch.Tensor is named at import time) and sglang.srt.environ.envs."""
-    torch = types.ModuleType("torch")
-    torch.Tensor = type("Tensor", (), {})  # type: ignore[attr-defined]
-    sys.modules["torch"] = torch
+    if importlib.util.find_spec("torch") is None:
+        torch = types.ModuleType("torch")
+        torch.Tensor = type("Tensor", (), {})  # type: ignore[attr-defined]
+        sys.modules["torch"] = torch
 
     class Unset:
         def get(self) -> None:
@@ -52,7 +108,7 @@ def stand_ins() -> None:
     sys.modules["sglang.srt.environ"] = environ
 
 
-def load(wheel: Path) -> None:
+def load_from(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         for name, member in MODULES.items():
             source = archive.read(member).decode()
@@ -62,73 +118,237 @@ def load(wheel: Path) -> None:
             exec(compile(source, module.__file__, "exec"), module.__dict__)  # noqa: S102
 
 
-class HostPool:
-    page_size = 4
+# -- host pools ----------------------------------------------------------------------------
 
-    def __init__(self) -> None:
-        self.data = bytearray(64 * 16)
+
+class BytePool:
+    """The host pool methods the backend calls (HostKVCache's names) over a bytearray."""
+
+    def __init__(self, pages: int, page_size: int = PAGE_SIZE):
+        self.page_size = page_size
+        self.token_bytes = PAGE_BYTES // page_size
+        self.data = bytearray(pages * PAGE_BYTES)
 
     def get_data_page(self, index: int, flat: bool = True) -> memoryview:
-        return memoryview(self.data)[index * 16:index * 16 + 64]
+        return memoryview(self.data)[index * self.token_bytes:][:PAGE_BYTES]
 
     def get_dummy_flat_data_page(self) -> bytearray:
-        return bytearray(64)
+        return bytearray(PAGE_BYTES)
 
     def set_from_flat_data_page(self, index: int, page: bytearray) -> None:
-        self.data[index * 16:index * 16 + 64] = page
+        self.data[index * self.token_bytes:index * self.token_bytes + PAGE_BYTES] = page
 
 
-def main(wheel: str) -> int:
-    stand_ins()
-    load(Path(wheel))
-    storage = sys.modules["sglang.srt.mem_cache.hicache_storage"]
-    factory = sys.modules["sglang.srt.mem_cache.storage.backend_factory"]
-    from mooncake_redis.hicache import MooncakeRedisHiCache  # after SGLang's module loaded
+class TensorPool:
+    """The same over a torch tensor, as SGLang's MHA host pool returns pages (flattened
+    slices of its buffer; fresh zero tensors as dummy pages)."""
 
-    problems = []
-    if not issubclass(MooncakeRedisHiCache, storage.HiCacheStorage):
-        problems.append("MooncakeRedisHiCache is not a HiCacheStorage subclass")
-    for name in sorted(storage.HiCacheStorage.__abstractmethods__):
-        ours = inspect.signature(getattr(MooncakeRedisHiCache, name))
-        theirs = inspect.signature(getattr(storage.HiCacheStorage, name))
-        if list(ours.parameters)[:len(theirs.parameters)] != list(theirs.parameters):
-            problems.append(f"{name}{ours} does not match SGLang's {name}{theirs}")
-        print(f"{name}: ours {ours}, SGLang's {theirs}")
-    for name in ("batch_exists", "batch_get_v1", "batch_set_v1"):
-        print(f"{name}: ours {inspect.signature(getattr(MooncakeRedisHiCache, name))}, "
-              f"SGLang's {inspect.signature(getattr(storage.HiCacheStorage, name))}")
+    def __init__(self, torch: Any, pages: int, page_size: int = PAGE_SIZE):
+        self.torch = torch
+        self.page_size = page_size
+        self.buffer = torch.zeros((pages * page_size, PAGE_BYTES // page_size // 2),
+                                  dtype=torch.bfloat16)
 
-    directory = tempfile.mkdtemp(prefix="sglang-check-")
-    config = storage.HiCacheStorageConfig(
-        tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
-        is_mla_model=False, enable_storage_metrics=False, is_page_first_layout=True,
-        model_name="check", extra_config={
-            "backend_name": "mooncake_redis", "module_path": "mooncake_redis.hicache",
-            "class_name": "MooncakeRedisHiCache", "interface_v1": 1,
-            "url": "memory://sglang-check", "directory": directory,
-            "segment_capacity_bytes": 1 << 20, "release_interval_s": 0})
-    pool = HostPool()
-    pool.data[:] = bytes(range(256)) * 4
-    backend = factory.StorageBackendFactory.create_backend("dynamic", config, pool)
-    backend.register_mem_pool_host(pool)  # as HiCacheController.attach_storage_backend does
+    def get_data_page(self, index: Any, flat: bool = True) -> Any:
+        return self.buffer[index:index + self.page_size].flatten()
+
+    def get_dummy_flat_data_page(self) -> Any:
+        return self.torch.zeros(PAGE_BYTES // 2, dtype=self.torch.bfloat16)
+
+    def set_from_flat_data_page(self, index: int, page: Any) -> None:
+        self.buffer[index:index + self.page_size] = page.reshape(self.page_size, -1)
+
+
+# -- the checks ----------------------------------------------------------------------------
+
+
+def storage_config(storage: Any, directory: str, namespace: str, **ranks: Any) -> Any:
+    fields = {"tp_rank": 0, "tp_size": 1, "pp_rank": 0, "pp_size": 1, "attn_cp_rank": 0,
+              "attn_cp_size": 1, "is_mla_model": False, "enable_storage_metrics": False,
+              "is_page_first_layout": True, "model_name": "check", **ranks}
+    fields["extra_config"] = {
+        "backend_name": "mooncake_redis", "module_path": "mooncake_redis.hicache",
+        "class_name": "MooncakeRedisHiCache", "interface_v1": 1,
+        "url": f"memory://sglang-check-{namespace}", "directory": directory,
+        "segment_capacity_bytes": 1 << 20, "release_interval_s": 0,
+        "index_settings": {"lease_ttl_ms": 0}}
+    return storage.HiCacheStorageConfig(**fields)
+
+
+def page_chain(pages: int) -> list[str]:
     chain, prior = [], b""
-    for page in range(4):
+    for page in range(pages):
         prior = hashlib.sha256(prior + bytes([page])).digest()
         chain.append(prior.hex())
-    extra = storage.HiCacheStorageExtraInfo(prefix_keys=[])
-    written = backend.batch_set_v1(chain, list(range(16)), extra)
-    hits = backend.batch_exists(chain + ["ff" * 32], storage.HiCacheStorageExtraInfo([]))
-    reader = HostPool()
+    return chain
+
+
+def check_interface(storage: Any, backend_class: type) -> None:
+    check(issubclass(backend_class, storage.HiCacheStorage),
+          "MooncakeRedisHiCache is a subclass of SGLang's HiCacheStorage")
+    for name in sorted(storage.HiCacheStorage.__abstractmethods__) + list(INTERFACE):
+        ours = inspect.signature(getattr(backend_class, name))
+        theirs = inspect.signature(getattr(storage.HiCacheStorage, name))
+        check(list(ours.parameters)[:len(theirs.parameters)] == list(theirs.parameters),
+              f"{name} takes SGLang's parameters ({', '.join(theirs.parameters)})")
+        check(getattr(backend_class, name) is not getattr(storage.HiCacheStorage, name),
+              f"{name} is implemented by the backend, not inherited")
+
+
+def check_v1_and_v2(storage: Any, factory: Any, directory: str) -> None:
+    config = storage_config(storage, directory, "v1", is_mla_model=True, tp_rank=1, tp_size=2)
+    kv = BytePool(16)
+    kv.data[:] = bytes(range(256)) * 4
+    backend = factory.StorageBackendFactory.create_backend("dynamic", config, kv)
+    backend.register_mem_pool_host(kv)  # as HiCacheController.attach_storage_backend does
+    mamba = BytePool(16, page_size=1)
+    mamba.data[:] = bytes(range(255, -1, -1)) * 4
+    backend.register_mem_host_pool_v2(mamba, storage.PoolName.MAMBA)
+    backend.on_host_pools_registered()
+    chain = page_chain(4)
+    extra = storage.HiCacheStorageExtraInfo
+    written = backend.batch_set_v1(chain, list(range(16)), extra(prefix_keys=[]))
+    check(all(written), f"batch_set_v1 of 4 pages: {written}")
+    hits = backend.batch_exists(chain + ["ff" * 32], extra([]))
+    check(hits == 4, f"batch_exists of 4 stored pages and 1 absent: {hits}")
+    reader = BytePool(16)
     backend.register_mem_pool_host(reader)
-    read = backend.batch_get_v1(chain, list(range(16)), extra)
-    print(f"created by StorageBackendFactory: {type(backend).__name__}; batch_set_v1 "
-          f"{written}; batch_exists of 4 stored + 1 absent: {hits}; batch_get_v1 {read}; "
-          f"bytes equal: {reader.data[:256] == pool.data[:256]}")
-    if not (all(written) and hits == 4 and all(read) and reader.data[:256] == pool.data[:256]):
-        problems.append("the write-back / prefetch round trip did not return the pages")
+    read = backend.batch_get_v1(chain, list(range(16)), extra([]))
+    check(all(read) and reader.data[:256] == kv.data[:256],
+          f"batch_get_v1 read the pages back byte for byte: {read}")
+
+    transfer = storage.PoolTransfer
+    mamba_name, trailing = storage.PoolName.MAMBA, storage.PoolHitPolicy.TRAILING_PAGES
+    set_v2 = backend.batch_set_v2([transfer(name=mamba_name, host_indices=[3], keys=[chain[3]],
+                                            hit_policy=trailing)], extra(chain[:3]))
+    check(storage.count_pool_hits(set_v2) == {mamba_name: 1},
+          f"batch_set_v2 of the trailing Mamba state: {set_v2}")
+    result = backend.batch_exists_v2(chain, [transfer(name=mamba_name, keys=[chain[3]],
+                                                      hit_policy=trailing)], extra([]))
+    check(isinstance(result, storage.PoolTransferResult) and result.kv_hit_pages == 4
+          and result.restorable_prefix_pages == [4],
+          f"batch_exists_v2 answers SGLang's PoolTransferResult: {result}")
+    target = BytePool(16, page_size=1)
+    backend.register_mem_host_pool_v2(target, mamba_name)
+    got = backend.batch_get_v2([transfer(name=mamba_name, host_indices=[0], keys=[chain[3]])],
+                               extra(chain[:3]))
+    check(got == {mamba_name: [True]} and target.data[:PAGE_BYTES] ==
+          mamba.data[3 * PAGE_BYTES:4 * PAGE_BYTES], f"batch_get_v2 read the state: {got}")
+    keys = sorted(backend.plane.index.get_node(chain[3]).keys)
+    check(keys == [chain[3], chain[3] + "_mamba_1_2"],
+          f"an MLA page and its TP-sharded Mamba state share the page's node: {keys}")
     backend.close()
-    for problem in problems:
-        print("MISMATCH:", problem)
+
+
+def check_keys(storage: Any) -> None:
+    """Every parallel slice SGLang's config can describe gets its own key suffix."""
+    from mooncake_redis.hicache import key_suffix
+
+    configs = {
+        "TP 0/2": {"tp_rank": 0, "tp_size": 2}, "TP 1/2": {"tp_rank": 1, "tp_size": 2},
+        "PP 0/2": {"pp_rank": 0, "pp_size": 2}, "PP 0/4": {"pp_rank": 0, "pp_size": 4},
+        "CP 0/2": {"attn_cp_rank": 0, "attn_cp_size": 2},
+        "CP 1/2": {"attn_cp_rank": 1, "attn_cp_size": 2},
+        "MLA": {"is_mla_model": True, "tp_size": 2},
+        "MLA DCP 0/2": {"is_mla_model": True, "tp_rank": 0, "tp_size": 4, "dcp_rank": 0,
+                        "dcp_size": 2, "logical_page_size": 64},
+        "MLA DCP 1/2": {"is_mla_model": True, "tp_rank": 1, "tp_size": 4, "dcp_rank": 1,
+                        "dcp_size": 2, "logical_page_size": 64},
+    }
+    suffixes = {name: key_suffix(storage_config(storage, "/nonexistent", "keys", **ranks))
+                for name, ranks in configs.items()}
+    check(len(set(suffixes.values())) == len(suffixes),
+          f"distinct keys for distinct slices: {suffixes}")
+    same = key_suffix(storage_config(storage, "/nonexistent", "keys", is_mla_model=True,
+                                     tp_rank=2, tp_size=4, dcp_rank=0, dcp_size=2,
+                                     logical_page_size=64))
+    check(same == suffixes["MLA DCP 0/2"],
+          f"equal DCP shards of two DCP groups share their key: {same}")
+    dp = key_suffix(storage_config(storage, "/nonexistent", "keys", dp_rank=1))
+    check(dp == key_suffix(storage_config(storage, "/nonexistent", "keys")),
+          f"attention-DP ranks share keys: {dp!r}")
+
+
+def check_with_sglangs_controller(storage: Any, directory: str) -> None:
+    """SGLang's own write-back and prefetch code, with and without prefix keys."""
+    import torch
+
+    controller = importlib.import_module("sglang.srt.managers.cache_controller")
+    hashes = importlib.import_module("sglang.srt.mem_cache.utils").get_storage_hash_str
+    Controller = controller.HiCacheController
+    tokens = list(range(1000, 1000 + 6 * PAGE_SIZE))
+    first = hashes(tokens[:4 * PAGE_SIZE], None, page_size=PAGE_SIZE)
+    second = hashes(tokens[4 * PAGE_SIZE:], first[-1], page_size=PAGE_SIZE)
+    for passed in (False, True):
+        pool = TensorPool(torch, pages=8)
+        pool.buffer.copy_(torch.randn(pool.buffer.shape, dtype=torch.float32)
+                          .to(torch.bfloat16))
+        config = storage_config(storage, tempfile.mkdtemp(dir=directory), f"ctl-{passed}")
+        from mooncake_redis.hicache import MooncakeRedisHiCache
+
+        backend = MooncakeRedisHiCache(config, {})
+        backend.register_mem_pool_host(pool)
+        stub = types.SimpleNamespace(page_size=PAGE_SIZE, storage_backend=backend,
+                                     prefetch_sync_queue=queue.Queue())
+        stub.page_set_func = types.MethodType(Controller._page_set_zero_copy, stub)
+        stub.page_get_func = types.MethodType(Controller._page_get_zero_copy, stub)
+        stub._page_transfer_kv_batch = types.MethodType(Controller._page_transfer_kv_batch,
+                                                        stub)
+        for page, node in ((0, first), (4, second)):  # two radix nodes: 4 + 2 pages
+            operation = controller.StorageOperation(
+                torch.arange(page * PAGE_SIZE, (page + len(node)) * PAGE_SIZE),
+                tokens[page * PAGE_SIZE:(page + len(node)) * PAGE_SIZE], hash_value=node,
+                prefix_keys=(first[:page] if passed else None))
+            Controller._page_backup(stub, operation)
+            check(operation.completed_tokens == len(node) * PAGE_SIZE,
+                  f"prefix keys {'passed' if passed else 'not passed'}: SGLang's _page_backup "
+                  f"stored its {len(node)} pages")
+        counted = backend.counters.batches_without_parent
+        check(counted == (0 if passed else 2),
+              f"batches without a parent counted: {counted} (prefix keys "
+              f"{'passed' if passed else 'not passed'})")
+        prefetch = controller.PrefetchOperation("check", tokens, None,
+                                                [] if passed else None)
+        found, hit_tokens = Controller._storage_hit_query(stub, prefetch)
+        check(found == first + second, f"SGLang's _storage_hit_query found {len(found)} of 6 "
+                                       "pages")
+        index = backend.plane.index
+        check(index.get_node(second[0]).parent == first[-1],
+              f"the second node's first page is linked under the first node's last "
+              f"(linked by the hit query: {backend.counters.parents_linked})")
+        index.evict((5 * PAGE_BYTES) / index.usage().capacity_bytes)
+        prefetch = controller.PrefetchOperation("check", tokens, None, [] if passed else None)
+        found, _ = Controller._storage_hit_query(stub, prefetch)
+        check(len(found) == 5, f"one page evicted: {len(found)} usable pages (5 expected)")
+        reader = TensorPool(torch, pages=8)
+        stub.storage_backend.register_mem_pool_host(reader)
+        prefetch.hash_value = found
+        prefetch.host_indices = torch.arange(0, len(found) * PAGE_SIZE)
+        pages = Controller._page_transfer(stub, prefetch)
+        check(pages == 5 and torch.equal(reader.buffer[:5 * PAGE_SIZE],
+                                         pool.buffer[:5 * PAGE_SIZE]),
+              f"SGLang's _page_transfer read {pages} pages back into torch tensors, equal")
+        backend.close()
+
+
+def main(wheel_name: str) -> int:
+    wheel = Path(wheel_name)
+    full = installed_sglang(wheel)
+    if not full:
+        stand_ins()
+        load_from(wheel)
+    storage = importlib.import_module("sglang.srt.mem_cache.hicache_storage")
+    factory = importlib.import_module("sglang.srt.mem_cache.storage.backend_factory")
+    from mooncake_redis.hicache import MooncakeRedisHiCache  # after SGLang's module loaded
+
+    print(f"SGLang from {wheel.name} ({'installed, with torch' if full else 'two modules'})")
+    directory = tempfile.mkdtemp(prefix="sglang-check-")
+    check_interface(storage, MooncakeRedisHiCache)
+    check_v1_and_v2(storage, factory, directory)
+    check_keys(storage)
+    if full:
+        check_with_sglangs_controller(storage, directory)
+    print(f"{len(problems)} mismatches" if problems else "every check passed")
     return 1 if problems else 0
 
 

@@ -26,8 +26,7 @@ from mooncake_redis.hicache import MooncakeRedisHiCache
 
 STORAGE_BATCH_SIZE = 128  # sglang.srt.mem_cache.hicache_storage.STORAGE_BATCH_SIZE
 PAGE_SIZE = 4  # tokens per page
-TOKEN_BYTES = 64  # KV bytes per token in the host pool
-PAGE_BYTES = PAGE_SIZE * TOKEN_BYTES
+PAGE_BYTES = 256  # KV bytes per page in the host pools
 _memory_names = itertools.count()
 
 
@@ -39,8 +38,23 @@ class StorageConfig:
     tp_size: int = 1
     pp_rank: int = 0
     pp_size: int = 1
+    attn_cp_rank: int = 0
+    attn_cp_size: int = 1
     is_mla_model: bool = False
+    dp_rank: int = 0
     extra_config: dict[str, Any] = field(default_factory=dict)
+    dcp_size: int = 1
+    dcp_rank: int = 0
+
+
+@dataclass
+class PoolTransfer:
+    """SGLang's PoolTransfer (host <-> storage fields)."""
+
+    name: str
+    host_indices: list[int] | None = None
+    keys: list[str] | None = None
+    hit_policy: str = "all_pages"
 
 
 @dataclass
@@ -55,18 +69,21 @@ class HostPool:
     """The host KV pool methods the backend calls (HostKVCache's names): token-indexed
     bytes, one flat page per page_size tokens."""
 
-    def __init__(self, pages: int):
-        self.page_size = PAGE_SIZE
+    def __init__(self, pages: int, page_size: int = PAGE_SIZE):
+        self.page_size = page_size
+        self.token_bytes = PAGE_BYTES // page_size
         self.data = bytearray(pages * PAGE_BYTES)
 
     def get_data_page(self, index: int, flat: bool = True) -> memoryview:
-        return memoryview(self.data)[index * TOKEN_BYTES:index * TOKEN_BYTES + PAGE_BYTES]
+        start = index * self.token_bytes
+        return memoryview(self.data)[start:start + PAGE_BYTES]
 
     def get_dummy_flat_data_page(self) -> bytearray:
         return bytearray(PAGE_BYTES)
 
     def set_from_flat_data_page(self, index: int, page: bytearray) -> None:
-        self.data[index * TOKEN_BYTES:index * TOKEN_BYTES + PAGE_BYTES] = page
+        start = index * self.token_bytes
+        self.data[start:start + PAGE_BYTES] = page
 
 
 def page_hashes(tokens: list[int], prior: str | None = None) -> list[str]:
@@ -114,28 +131,33 @@ def make_backend(url: str, tmp_path: Path) -> Iterator[Factory]:
 
 
 def write_back(backend: MooncakeRedisHiCache, hashes: list[str], pool: HostPool,
-               first_page: int = 0, prefix: list[str] | None = None) -> None:
-    """cache_controller._page_backup with the zero-copy page_set_func."""
-    prefix_keys = list(prefix or [])
+               first_page: int = 0, prefix: list[str] | None = None,
+               pass_prefix_keys: bool = True) -> None:
+    """cache_controller._page_backup with the zero-copy page_set_func; without
+    "hicache_storage_pass_prefix_keys" SGLang's prefix_keys are None throughout."""
+    prefix_keys = list(prefix or []) if pass_prefix_keys else None
     for start in range(0, len(hashes), STORAGE_BATCH_SIZE):
         batch = hashes[start:start + STORAGE_BATCH_SIZE]
         indices = list(range((first_page + start) * PAGE_SIZE,
                              (first_page + start + len(batch)) * PAGE_SIZE))
         assert all(backend.batch_set_v1(batch, indices, ExtraInfo(prefix_keys)))
-        prefix_keys += batch
+        if prefix_keys is not None:
+            prefix_keys += batch
 
 
-def hit_query(backend: MooncakeRedisHiCache, hashes: list[str]) -> list[str]:
+def hit_query(backend: MooncakeRedisHiCache, hashes: list[str],
+              pass_prefix_keys: bool = True) -> list[str]:
     """cache_controller._storage_hit_query."""
     hits: list[str] = []
-    prefix_keys: list[str] = []
+    prefix_keys: list[str] | None = [] if pass_prefix_keys else None
     for start in range(0, len(hashes), STORAGE_BATCH_SIZE):
         batch = hashes[start:start + STORAGE_BATCH_SIZE]
         found = backend.batch_exists(batch, ExtraInfo(prefix_keys))
         hits += batch[:found]
         if found < len(batch):
             break
-        prefix_keys += batch
+        if prefix_keys is not None:
+            prefix_keys += batch
     return hits
 
 
@@ -178,10 +200,11 @@ def test_generic_interface_set_get_exists(make_backend: Factory) -> None:
     assert backend.batch_set(hashes[:3], pages[:3])  # _generic_page_set: flat pages
     assert backend.set(hashes[3], pages[3])
     assert backend.exists(hashes[0]) and not backend.exists(hashes[5])
-    assert backend.batch_exists(hashes) == 4
     index = backend.plane.index
     assert index.get_node(hashes[2]).parent == hashes[1]
     assert index.get_node(hashes[3]).parent is None  # set() does not know the page before
+    assert backend.batch_exists(hashes) == 4
+    assert index.get_node(hashes[3]).parent == hashes[2]  # the chain asked shows it
     dummies = [bytearray(PAGE_BYTES) for _ in hashes]
     got = backend.batch_get(hashes, dummies)  # _generic_page_get: into dummy pages
     assert got[:4] == pages[:4] and got[4:] == [None, None]
@@ -273,3 +296,208 @@ def test_bad_configuration_is_refused(tmp_path: Path) -> None:
         MooncakeRedisHiCache(StorageConfig(extra_config={
             "url": "memory://bad-config", "directory": str(tmp_path),
             "release_interval_s": 0}), {})
+
+
+# -- SGLang without "hicache_storage_pass_prefix_keys" -------------------------------------
+
+
+def test_a_chain_stored_without_prefix_keys_is_linked_by_the_hit_query(
+        make_backend: Factory, caplog: pytest.LogCaptureFixture) -> None:
+    """SGLang 0.5.23 fills prefix_keys only with "hicache_storage_pass_prefix_keys": true.
+    Without it, a 6-page chain backed up as two radix nodes (4 + 2 pages) stores page 5 as
+    a root: page 4 becomes a leaf, the oldest, and eviction took it first, leaving 3 usable
+    pages and 2 unusable ones. The backend counts such batches, warns once, and the hit
+    query (whose keys are one chain) links page 5 under page 4."""
+    backend = make_backend()
+    pool = HostPool(pages=8)
+    pool.data[:] = b"".join(content(str(i)) for i in range(8))
+    backend.register_mem_pool_host(pool)
+    hashes = page_hashes(list(range(6 * PAGE_SIZE)))
+    with caplog.at_level("WARNING", "mooncake_redis.hicache"):
+        write_back(backend, hashes[:4], pool, pass_prefix_keys=False)  # radix node 1
+        write_back(backend, hashes[4:], pool, first_page=4, pass_prefix_keys=False)  # node 2
+    assert backend.counters.batches_without_parent == 2
+    assert caplog.text.count('"hicache_storage_pass_prefix_keys": true') == 1  # warned once
+    index = backend.plane.index
+    assert index.get_node(hashes[4]).parent is None  # SGLang did not say
+    assert hit_query(backend, hashes, pass_prefix_keys=False) == hashes
+    assert index.get_node(hashes[4]).parent == hashes[3]
+    assert backend.counters.parents_linked == 1
+    index.evict(5 * PAGE_BYTES / index.usage().capacity_bytes)  # one page must go
+    assert index.usage().objects == 5
+    assert backend.batch_exists(hashes) == 5  # the chain's leaf went, not page 4
+    assert backend.counters.parents_linked == 1  # nothing more to link
+
+
+def test_with_prefix_keys_nothing_is_counted(make_backend: Factory) -> None:
+    backend = make_backend()
+    pool = HostPool(pages=8)
+    backend.register_mem_pool_host(pool)
+    hashes = page_hashes(list(range(6 * PAGE_SIZE)))
+    write_back(backend, hashes[:4], pool)
+    write_back(backend, hashes[4:], pool, first_page=4, prefix=hashes[:4])
+    assert backend.plane.index.get_node(hashes[4]).parent == hashes[3]
+    assert hit_query(backend, hashes) == hashes
+    assert backend.counters == type(backend.counters)()
+
+
+def test_the_counters_are_exported(make_backend: Factory) -> None:
+    from mooncake_redis.metrics import Exporter
+
+    backend = make_backend()
+    exporter = Exporter([backend.plane.index.ctx])
+    exporter.count_this_process()
+    try:
+        hashes = page_hashes(list(range(2 * PAGE_SIZE)))
+        assert backend.batch_set(hashes, [content(h) for h in hashes])  # generic: no parent
+        text = exporter.text()
+    finally:
+        exporter.stop_counting()
+    assert 'mooncake_redis_hicache_total{counter="batches_without_parent",' \
+           'namespace="hicache"} 1.0' in text
+
+
+# -- every parallel slice of a page has its own key ----------------------------------------
+
+
+@pytest.mark.parametrize(("ranks", "suffixes"), [
+    ([{"attn_cp_rank": 0, "attn_cp_size": 2}, {"attn_cp_rank": 1, "attn_cp_size": 2}],
+     ["_0_1_cp0_2", "_0_1_cp1_2"]),
+    ([{"is_mla_model": True, "tp_rank": 0, "tp_size": 2, "dcp_rank": 0, "dcp_size": 2},
+      {"is_mla_model": True, "tp_rank": 1, "tp_size": 2, "dcp_rank": 1, "dcp_size": 2}],
+     ["_tp2_dcp0_2", "_tp2_dcp1_2"]),
+    ([{"pp_rank": 0, "pp_size": 2}, {"pp_rank": 0, "pp_size": 4}],  # other layers
+     ["_0_1_pp0_2", "_0_1_pp0_4"]),
+    ([{"tp_rank": 1, "tp_size": 2, "attn_cp_rank": 1, "attn_cp_size": 2, "pp_rank": 1,
+       "pp_size": 2}, {"is_mla_model": True, "pp_rank": 1, "pp_size": 2}],
+     ["_1_2_pp1_2_cp1_2", "_pp1_2"]),
+], ids=["attention-cp", "mla-dcp", "pp-sizes", "combined"])
+def test_ranks_holding_different_slices_have_their_own_keys(
+        make_backend: Factory, ranks: list[dict[str, Any]], suffixes: list[str]) -> None:
+    """Before, both CP ranks were `_0_1`, both DCP shards '' and PP ignored its size: the
+    second rank's put met the first rank's object and reported success, and would later
+    have read the first rank's bytes as its own."""
+    backends = [make_backend(**rank) for rank in ranks]
+    hashes = page_hashes(list(range(2 * PAGE_SIZE)))
+    for number, backend in enumerate(backends):
+        assert backend.batch_set(hashes, [content(h + str(number)) for h in hashes])
+    node = backends[0].plane.index.get_node(hashes[0])
+    assert sorted(node.keys) == sorted(hashes[0] + suffix for suffix in suffixes)
+    for number, backend in enumerate(backends):  # each rank reads its own bytes back
+        assert backend.batch_get(hashes) == [content(h + str(number)) for h in hashes]
+
+
+def test_attention_dp_ranks_share_pages_and_not_their_events_consumer(
+        make_backend: Factory) -> None:
+    """DP ranks of one attention-TP rank hold the same slice of a page: one key. They are
+    separate processes, each with its own events consumer (before, both were <host>_0_1:
+    one would be handed the other's pending events after a restart)."""
+    dp0, dp1 = make_backend(dp_rank=0), make_backend(dp_rank=1)
+    assert dp0.suffix == dp1.suffix == "_0_1"
+    assert dp0.consumer != dp1.consumer
+    hashes = page_hashes(list(range(2 * PAGE_SIZE)))
+    assert dp0.batch_set(hashes, [content(h) for h in hashes])
+    assert dp1.batch_exists(hashes) == 2 and dp1.batch_get(hashes) == [content(h)
+                                                                        for h in hashes]
+    dp0.release()
+    dp1.release()
+    index = dp0.plane.index
+    consumers = set()
+    for shard in {index.ctx.shard(h) for h in hashes}:
+        stream = index.ctx.schema.shard_keys(shard).events
+        for group in index.client.xinfo_groups(stream):
+            consumers |= {c["name"] for c in index.client.xinfo_consumers(stream,
+                                                                           group["name"])}
+    assert {dp0.consumer, dp1.consumer} <= consumers
+
+
+def test_a_stored_key_with_other_bytes_is_refused(make_backend: Factory,
+                                                   tmp_path: Path) -> None:
+    """Two writers that name different bytes with one key (a misconfigured rank): the
+    second put is refused and counted, not reported as stored."""
+    first, second = make_backend(), make_backend()
+    hashes = page_hashes(list(range(2 * PAGE_SIZE)))
+    assert first.batch_set(hashes, [content(h) for h in hashes])
+    other = bytearray(content(hashes[1]))
+    other[0] ^= 0xFF
+    assert not second.batch_set(hashes[1:], [other])  # same size, other bytes
+    assert not second.batch_set(hashes[:1], [content(hashes[0])[:-1]])  # another size
+    assert second.counters.conflicting_pages == 2
+    assert second.batch_set(hashes, [content(h) for h in hashes])  # the same bytes: fine
+    assert second.counters.conflicting_pages == 2
+    assert first.batch_get(hashes) == [content(h) for h in hashes]
+    assert len(files(tmp_path)) == 2  # the refused copies' files are gone
+
+
+# -- hybrid models: SGLang's v2 interface ---------------------------------------------------
+
+
+def test_v2_pools_beside_the_pages(make_backend: Factory) -> None:
+    """A hybrid model (Mamba state at the last page of each radix node, a DSA indexer
+    for every page) as SGLang's HybridCacheController drives it: KV through batch_set_v1,
+    the other pools through batch_set_v2 with prefix_keys, the hit query through
+    batch_exists_v2, the reads through batch_get_v2."""
+    backend = make_backend(is_mla_model=True, tp_rank=1, tp_size=2)
+    kv, mamba, indexer = HostPool(pages=8), HostPool(pages=8, page_size=1), HostPool(pages=8)
+    kv.data[:] = b"".join(content(f"kv{i}") for i in range(8))
+    mamba.data[:] = b"".join(content(f"mamba{i}") for i in range(8))
+    indexer.data[:] = b"".join(content(f"indexer{i}") for i in range(8))
+    backend.register_mem_pool_host(kv)
+    backend.register_mem_host_pool_v2(mamba, "mamba")
+    backend.register_mem_host_pool_v2(indexer, "indexer")
+    backend.on_host_pools_registered()
+    hashes = page_hashes(list(range(6 * PAGE_SIZE)))
+    write_back(backend, hashes[:4], kv)
+    write_back(backend, hashes[4:], kv, first_page=4, prefix=hashes[:4])
+    # the trailing Mamba state of each radix node (4 + 2 pages), the indexer of pages 0-4
+    assert backend.batch_set_v2([PoolTransfer("mamba", [3], [hashes[3]], "trailing_pages")],
+                                ExtraInfo(hashes[:3])) == {"mamba": [True]}
+    assert backend.batch_set_v2([PoolTransfer("mamba", [5], [hashes[5]], "trailing_pages")],
+                                ExtraInfo(hashes[:5])) == {"mamba": [True]}
+    assert backend.batch_set_v2([PoolTransfer("indexer", list(range(5 * PAGE_SIZE)),
+                                              hashes[:5])], ExtraInfo([])) == \
+        {"indexer": [True] * 5}
+    node = backend.plane.index.get_node(hashes[3])
+    assert sorted(node.keys) == [hashes[3], hashes[3] + "_indexer", hashes[3] + "_mamba_1_2"]
+    assert node.parent == hashes[2]  # Mamba state is TP-sharded even for MLA
+
+    trailing = PoolTransfer("mamba", keys=[hashes[5]], hit_policy="trailing_pages")
+    result = backend.batch_exists_v2(hashes, [trailing])
+    assert (result.kv_hit_pages, result.restorable_prefix_pages) == (6, [4, 6])
+    assert result.extra_pool_hit_pages == {"kv": 6, "mamba": 6}
+    result = backend.batch_exists_v2(hashes, [trailing, PoolTransfer("indexer")])
+    assert (result.kv_hit_pages, result.restorable_prefix_pages) == (4, [4])
+    assert result.extra_pool_hit_pages == {"kv": 6, "mamba": 6, "indexer": 5}
+
+    reader_mamba, reader_indexer = HostPool(pages=8, page_size=1), HostPool(pages=8)
+    backend.register_mem_host_pool_v2(reader_mamba, "mamba")
+    backend.register_mem_host_pool_v2(reader_indexer, "indexer")
+    got = backend.batch_get_v2([PoolTransfer("mamba", [0], [hashes[3]]),
+                                PoolTransfer("indexer", list(range(6 * PAGE_SIZE)), hashes)])
+    assert got == {"mamba": [True], "indexer": [True] * 5 + [False]}
+    assert reader_mamba.data[:PAGE_BYTES] == mamba.data[3 * PAGE_BYTES:4 * PAGE_BYTES]
+    assert reader_indexer.data[:5 * PAGE_BYTES] == indexer.data[:5 * PAGE_BYTES]
+    # indices that do not cover the keys: refused, as SGLang's own backends do
+    assert backend.batch_get_v2([PoolTransfer("indexer", [0], hashes[:2])]) == \
+        {"indexer": [False, False]}
+    with pytest.raises(Exception, match="hit policy 'block_groups'"):
+        backend.batch_exists_v2(hashes, [PoolTransfer("indexer", hit_policy="block_groups")])
+
+
+def test_v2_pools_go_with_their_page(make_backend: Factory) -> None:
+    """A pool's part of a page is an object of the page's node: eviction takes them
+    together (the chain's leaf first), and batch_exists_v2 shrinks to what is left."""
+    backend = make_backend()
+    kv, mamba = HostPool(pages=4), HostPool(pages=4, page_size=1)
+    backend.register_mem_pool_host(kv)
+    backend.register_mem_host_pool_v2(mamba, "mamba")
+    hashes = page_hashes(list(range(3 * PAGE_SIZE)))
+    write_back(backend, hashes, kv)
+    assert backend.batch_set_v2([PoolTransfer("mamba", [0, 1, 2], hashes, "trailing_pages")],
+                                ExtraInfo([]))["mamba"] == [True] * 3
+    index = backend.plane.index
+    index.evict(4 * PAGE_BYTES / index.usage().capacity_bytes)
+    assert index.get_node(hashes[2]) is None
+    result = backend.batch_exists_v2(hashes, [PoolTransfer("mamba", keys=[hashes[2]],
+                                                           hit_policy="trailing_pages")])
+    assert (result.kv_hit_pages, result.restorable_prefix_pages) == (2, [1, 2])

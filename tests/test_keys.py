@@ -29,6 +29,7 @@ def test_key_schema_is_pinned() -> None:
     assert schema.eviction_lock == "mc:eviction_lock"
     assert schema.pod_holders == "mc:pods"
     assert schema.ingest_position("pod-1") == "mc:ingest:pod-1"
+    assert schema.token_hashes("pod-1@CPU/g1") == "mc:tokens:pod-1@CPU/g1"
     assert schema.eviction_requested == "mc:eviction_requested"
     assert schema.pattern() == "mc:*"
     assert schema.node_pattern() == "mc:{??}:n:*"

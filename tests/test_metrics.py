@@ -390,6 +390,7 @@ def test_every_metric_the_dashboard_queries_is_served(redis_url: str) -> None:
         assert not index.batch_put_start([(f"{page(1)}_0_k", 1 << 20)])[0].ok
         index.evict(target_ratio=0)
         exporter.observe_request("dash", 1)
+        exporter.observe_hicache("dash", "batches_without_parent", 1)  # test_hicache's
     with serving(exporter) as port:
         scraped = scrape(port)
     served = {name for name, _ in scraped}

@@ -1,65 +1,73 @@
-"""The vLLM KV-events ingester, driven by vLLM's own publisher code.
+"""The vLLM KV-events ingester, driven through vLLM's wire format.
 
-tests/vllm_kv_events.py is vllm/distributed/kv_events.py of the vllm 0.33.0 wheel with
-only its vllm imports replaced (the wheel's module imports `vllm`, whose __init__ needs
-torch): its event classes and msgspec encoder make the payloads, its ZmqEventPublisher
-publishes them on a real PUB socket and answers replay requests on its real ROUTER socket.
-Payloads of older releases (events as arrays) are built with msgpack from the documented
-structures. Every test asserts on the tree in Redis: real Redis, the cluster and fakeredis
-for the writes and the query, real Redis for the ZMQ paths."""
+tests/vllm_wire.py speaks it with this project's own code (msgpack payloads after vLLM
+0.33's layouts, a PUB socket, a replay ROUTER); scripts/check_vllm_ingest.py runs the
+ingester against vLLM's own publisher from a downloaded wheel. Every test asserts on the
+trees in Redis: real Redis, the cluster and fakeredis for the writes and the queries, real
+Redis for the ZMQ paths."""
 
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 import time
 from collections.abc import Iterator
 
 import msgpack
 import pytest
-import zmq
+import xxhash
 from helpers import assert_consistent, node_fields
-from vllm_kv_events import (
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
-    KVEventBatch,
-    ZmqEventPublisher,
+from vllm_wire import (
+    Publisher,
+    all_blocks_cleared,
+    block_removed,
+    block_stored,
+    encode_batch,
 )
 
 from mooncake_redis import Index
 from mooncake_redis.cli import main
+from mooncake_redis.errors import InvalidArgument
 from mooncake_redis.ingest import cli as ingest_cli
-from mooncake_redis.ingest.feed import END_SEQ, Feed
+from mooncake_redis.ingest.feed import Feed, digest
 from mooncake_redis.ingest.ingester import Ingester, stored_position
-from mooncake_redis.ingest.pods import PROBE, PodWriter, object_key, pods_for_prefix
+from mooncake_redis.ingest.pods import (
+    PROBE,
+    PodWriter,
+    object_key,
+    pods_for_prefix,
+    pods_for_tokens,
+)
+from mooncake_redis.ingest.tokens import token_block_hashes, token_prefix_hash
 from mooncake_redis.ingest.vllm_events import InvalidEvent, decode_batch, prefix_hash_of
 
 DEADLINE_S = 20
 """Bound on waiting for ZMQ delivery (liveness only: no test measures time)."""
 
-ENCODE = __import__("msgspec").msgpack.Encoder().encode
-"""vLLM's encoder, as its publisher thread builds it."""
+CHAIN = [0x1111_0000_0000_0001 + i * 0x0101_0101_0101_0101 for i in range(5)]
+"""Block hashes in vLLM's default int form."""
+BLOCK = 4
+"""Tokens per block in the token tests."""
+PROMPT = [100 + i for i in range(len(CHAIN) * BLOCK)]
+"""The tokens of CHAIN's blocks, BLOCK per block."""
 
 
-def stored(hashes: list[int | bytes], parent: int | bytes | None = None,
-           medium: str | None = "GPU") -> BlockStored:
-    return BlockStored(block_hashes=hashes, parent_block_hash=parent,
-                       token_ids=list(range(16 * len(hashes))), block_size=16, lora_id=None,
-                       medium=medium, lora_name=None)
+def stored(hashes: list[int | bytes], parent: int | bytes | None = None, **fields: object
+           ) -> dict[str, object]:
+    """A BlockStored whose tokens are PROMPT's, if the hashes are CHAIN's."""
+    if "token_ids" not in fields and all(h in CHAIN for h in hashes):
+        fields["token_ids"] = [t for h in hashes for t in tokens_of(h)]
+        fields["block_size"] = BLOCK
+    return block_stored(hashes, parent, **fields)  # type: ignore[arg-type]
 
 
-def removed(hashes: list[int | bytes], medium: str | None = "GPU") -> BlockRemoved:
-    return BlockRemoved(block_hashes=hashes, medium=medium)
+def tokens_of(block: int) -> list[int]:
+    i = CHAIN.index(block)
+    return PROMPT[i * BLOCK:(i + 1) * BLOCK]
 
 
-def batch(*events: object, rank: int | None = 0) -> KVEventBatch:
-    return KVEventBatch(ts=time.time(), events=list(events), data_parallel_rank=rank)
-
-
-def apply(writer: PodWriter, *events: object) -> None:
-    writer.apply(decode_batch(ENCODE(batch(*events))))
+def apply(writer: PodWriter, *events: dict[str, object]) -> None:
+    writer.apply(decode_batch(encode_batch(*events)))
 
 
 def node(index: Index, block: int | bytes) -> dict[str, str]:
@@ -70,29 +78,35 @@ def pod_objects(index: Index, block: int | bytes) -> set[str]:
     return {name for name in node(index, block) if name.startswith("o:")}
 
 
-CHAIN = [0x1111_0000_0000_0001 + i * 0x0101_0101_0101_0101 for i in range(5)]
-"""Block hashes in vLLM's default int form."""
+def token_nodes(blocks: int) -> list[str]:
+    return [token_prefix_hash(t) for t in token_block_hashes(PROMPT[:blocks * BLOCK], BLOCK)]
 
 
 # -- decoding ------------------------------------------------------------------------------
 
 
-def test_decodes_what_vllm_encodes() -> None:
+@pytest.mark.parametrize("as_map", [False, True], ids=["array", "map"])
+def test_decodes_both_forms_of_the_batch(as_map: bool) -> None:
+    """vLLM 0.33 sends EventBatch as an array; a newer source declares it without
+    array_like, a map. Before, the map form was refused as a whole."""
     sha = bytes(range(32))
-    payload = ENCODE(batch(stored([CHAIN[0], CHAIN[1]], parent=sha), removed([sha], "CPU"),
-                           AllBlocksCleared(), rank=3))
+    payload = encode_batch(stored([CHAIN[0], CHAIN[1]], parent=sha, group_idx=2),
+                           block_removed([sha], "CPU", locality="REMOTE"),
+                           all_blocks_cleared(), rank=3, as_map=as_map)
     decoded = decode_batch(payload)
-    assert decoded.data_parallel_rank == 3 and decoded.unknown == 0
+    assert decoded.data_parallel_rank == 3 and (decoded.unknown, decoded.invalid) == (0, 0)
     first, second, third = decoded.events
     assert first.block_hashes == (CHAIN[0], CHAIN[1]) and first.parent_block_hash == sha
-    assert (first.block_size, first.medium) == (16, "GPU")
-    assert second.block_hashes == (sha,) and second.medium == "CPU"
+    assert (first.block_size, first.medium, first.group_idx) == (BLOCK, "GPU", 2)
+    assert first.token_ids == tuple(PROMPT[:2 * BLOCK]) and first.tokens_only
+    assert second.block_hashes == (sha,) and (second.medium, second.locality) == ("CPU",
+                                                                                  "REMOTE")
     assert type(third).__name__ == "AllBlocksCleared"
 
 
 def test_decodes_the_array_form_of_older_releases() -> None:
     """vLLM before 0.11: events array_like, [tag, *fields]; batch [ts, events]."""
-    payload = msgpack.packb([1.5, [["BlockStored", [7, 8], None, [1, 2], 16, None],
+    payload = msgpack.packb([1.5, [["BlockStored", [7, 8], None, [1, 2], 1, None],
                                    ["BlockRemoved", [7]], ["AllBlocksCleared"]]])
     decoded = decode_batch(payload)
     assert decoded.data_parallel_rank is None
@@ -110,15 +124,29 @@ def test_unknown_event_types_are_counted_and_skipped() -> None:
 
 
 @pytest.mark.parametrize("payload", [
-    b"\xc1", msgpack.packb({"ts": 1}), msgpack.packb([1.0, "events"]),
-    msgpack.packb([1.0, [{"type": "BlockStored", "block_hashes": ["text"], "block_size": 16}]]),
-    msgpack.packb([1.0, [{"type": "BlockStored", "block_hashes": [1], "block_size": "16"}]]),
-    msgpack.packb([1.0, [{"type": "BlockRemoved", "block_hashes": 5}]]),
-    msgpack.packb([1.0, [7]]),
+    b"\xc1", msgpack.packb({"ts": 1}), msgpack.packb([1.0, "events"]), msgpack.packb(7),
+    msgpack.packb({"ts": "now", "events": []}), msgpack.packb([1.0, [], "rank"]),
 ])
-def test_malformed_payloads_are_refused(payload: bytes) -> None:
+def test_payloads_that_are_no_batch_are_refused(payload: bytes) -> None:
     with pytest.raises(InvalidEvent):
         decode_batch(payload)
+
+
+@pytest.mark.parametrize("event", [
+    {"type": "BlockStored", "block_hashes": ["text"], "block_size": 16},
+    {"type": "BlockStored", "block_hashes": [1], "block_size": "16"},
+    {"type": "BlockStored", "block_hashes": [1], "block_size": 1, "token_ids": ["a"]},
+    {"type": "BlockRemoved", "block_hashes": 5},
+    {"type": "BlockRemoved", "block_hashes": [5], "medium": "not a medium!"},
+    {"type": "BlockRemoved", "block_hashes": [5], "group_idx": -1},
+    {"type": "BlockRemoved", "block_hashes": [b""]},
+    7,
+])
+def test_a_malformed_event_is_refused_alone(event: object) -> None:
+    """Before, one bad event made decode_batch refuse the whole batch."""
+    good = {"type": "BlockRemoved", "block_hashes": [5], "medium": None}
+    decoded = decode_batch(msgpack.packb([1.0, [good, event, good], 0]))
+    assert decoded.invalid == 1 and len(decoded.events) == 2 and len(decoded.problems) == 1
 
 
 def test_block_hashes_map_to_prefix_hashes() -> None:
@@ -134,7 +162,19 @@ def test_block_hashes_map_to_prefix_hashes() -> None:
         prefix_hash_of(True)
 
 
-# -- the tree and the query (every backend) ------------------------------------------------
+def test_the_token_hash_is_the_documented_function() -> None:
+    """xxh3-64 over the block's tokens as little-endian uint32, seeded with the parent's
+    token hash (0 for a sequence's first block)."""
+    tokens = [1, 2, 3, 4, 70000, 6, 7, 8, 9]
+    first = xxhash.xxh3_64_intdigest(b"".join(t.to_bytes(4, "little") for t in tokens[:4]), 0)
+    second = xxhash.xxh3_64_intdigest(b"".join(t.to_bytes(4, "little") for t in tokens[4:8]),
+                                      first)
+    assert token_block_hashes(tokens, 4) == [first, second]  # the tail of 1 is no block
+    assert token_block_hashes(tokens[4:8], 4, parent=first) == [second]
+    assert token_prefix_hash(first) == f"{first:016x}" + "0" * 47 + "1"
+
+
+# -- the trees and the queries (every backend) ---------------------------------------------
 
 
 def test_stored_blocks_form_the_chain_with_one_object_per_pod(index: Index) -> None:
@@ -150,7 +190,7 @@ def test_stored_blocks_form_the_chain_with_one_object_per_pod(index: Index) -> N
         assert children == ([prefix_hash_of(CHAIN[i + 1])] if i + 1 < len(CHAIN) else [])
     info = index.object_info(object_key(prefix_hash_of(CHAIN[0]), "pod-a"))
     assert info is not None and (info.size, info.state, info.hard_pin) == (0, "complete", True)
-    assert index.usage().objects == 7 and index.usage().used_bytes == 0
+    assert index.usage().objects == 14 and index.usage().used_bytes == 0  # 7 + their tokens'
     assert index.client.smembers(index.ctx.schema.pod_holders) == {"pod-a", "pod-b"}
     assert pods_for_prefix(index, CHAIN) == [("pod-a", 5), ("pod-b", 2)]
     assert pods_for_prefix(index, [999, *CHAIN]) == []  # a run starts at the first block
@@ -163,30 +203,36 @@ def test_removal_cascades_and_clear_takes_only_that_pod(index: Index) -> None:
     pod_a, pod_b = PodWriter(index, "pod-a"), PodWriter(index, "pod-b")
     apply(pod_a, stored(CHAIN))
     apply(pod_b, stored(CHAIN[:2]))
-    apply(pod_a, removed(CHAIN[3:]))  # the tail: nodes 3 and 4 go
+    apply(pod_a, block_removed(CHAIN[3:]))  # the tail: nodes 3 and 4 go, in both trees
     assert node(index, CHAIN[3]) == {} and node(index, CHAIN[4]) == {}
+    assert [node_fields(index, h) for h in token_nodes(5)[3:]] == [{}, {}]
     assert index.get_node(prefix_hash_of(CHAIN[2])).children == []
-    apply(pod_a, removed([CHAIN[1]]))  # pod b still holds block 1
+    apply(pod_a, block_removed([CHAIN[1]]))  # pod b still holds block 1
     assert pod_objects(index, CHAIN[1]) == {"o:_pod_pod-b"}
     assert pods_for_prefix(index, CHAIN) == [("pod-b", 2), ("pod-a", 1)]
-    apply(pod_a, AllBlocksCleared())
+    assert pods_for_tokens(index, PROMPT, BLOCK) == [("pod-b", 2), ("pod-a", 1)]
+    apply(pod_a, all_blocks_cleared())
     assert node(index, CHAIN[2]) == {}  # pod a's last object there: the node went
     assert [pod_objects(index, block) for block in CHAIN[:2]] == [{"o:_pod_pod-b"}] * 2
     assert pods_for_prefix(index, CHAIN) == [("pod-b", 2)]
-    assert index.usage().objects == 2
+    assert pods_for_tokens(index, PROMPT, BLOCK) == [("pod-b", 2)]
+    assert index.usage().objects == 4
+    assert not index.client.exists(index.ctx.schema.token_hashes("pod-a"))
     assert_consistent(index)
 
 
 def test_a_batch_applies_the_last_event_on_each_block(index: Index) -> None:
     pod = PodWriter(index, "pod-a")
-    apply(pod, stored(CHAIN[:2]), removed([CHAIN[1]]), stored([CHAIN[2]], parent=CHAIN[1]),
-          removed([CHAIN[2]]), stored([CHAIN[2]], parent=CHAIN[1]))
+    apply(pod, stored(CHAIN[:2]), block_removed([CHAIN[1]]),
+          stored([CHAIN[2]], parent=CHAIN[1]), block_removed([CHAIN[2]]),
+          stored([CHAIN[2]], parent=CHAIN[1]))
     assert pod_objects(index, CHAIN[1]) == set()  # a shell: block 2 still names it
     assert pod_objects(index, CHAIN[2]) == {"o:_pod_pod-a"}
-    apply(pod, stored([CHAIN[4]]), AllBlocksCleared(), stored([CHAIN[3]]))
+    apply(pod, stored([CHAIN[4]]), all_blocks_cleared(), stored([CHAIN[3]]))
     assert node(index, CHAIN[4]) == {} and node(index, CHAIN[2]) == {}
     assert pod_objects(index, CHAIN[3]) == {"o:_pod_pod-a"}
-    applied = pod.apply(decode_batch(ENCODE(batch(stored([CHAIN[3]]), removed([CHAIN[0]])))))
+    applied = pod.apply(decode_batch(encode_batch(stored([CHAIN[3]]),
+                                                  block_removed([CHAIN[0]]))))
     assert (applied.already_held, applied.not_held, applied.stored) == (1, 1, 0)
     assert_consistent(index)
 
@@ -195,30 +241,113 @@ def test_other_media_are_other_holders(index: Index) -> None:
     pod = PodWriter(index, "pod-a")
     apply(pod, stored(CHAIN[:2], medium=None), stored(CHAIN[:3], medium="CPU"))
     assert pod_objects(index, CHAIN[0]) == {"o:_pod_pod-a", "o:_pod_pod-a@CPU"}
-    apply(pod, removed(CHAIN[:2], medium="GPU"))
+    apply(pod, block_removed(CHAIN[:2], medium="GPU"))
     assert pods_for_prefix(index, CHAIN) == [("pod-a@CPU", 3)]
     assert index.client.smembers(index.ctx.schema.pod_holders) == {"pod-a", "pod-a@CPU"}
-    apply(pod, AllBlocksCleared())
+    apply(pod, all_blocks_cleared())
     assert index.usage().objects == 0 and node(index, CHAIN[0]) == {}
+
+
+def test_kv_cache_groups_are_other_holders(index: Index) -> None:
+    """A hybrid model's groups hold a block apart: a BlockRemoved in group 1 leaves the
+    pod's group 0 holding it. Before, group_idx was ignored and the removal took the
+    pod's only entry."""
+    pod = PodWriter(index, "pod-a")
+    apply(pod, stored(CHAIN[:3], group_idx=0), stored(CHAIN[:2], group_idx=1),
+          stored(CHAIN[:1], medium="CPU", group_idx=2))
+    assert pod_objects(index, CHAIN[0]) == {"o:_pod_pod-a", "o:_pod_pod-a/g1",
+                                            "o:_pod_pod-a@CPU/g2"}
+    apply(pod, block_removed(CHAIN[:3], group_idx=1))
+    assert pods_for_prefix(index, CHAIN) == [("pod-a", 3), ("pod-a@CPU/g2", 1)]
+    assert pods_for_tokens(index, PROMPT, BLOCK) == [("pod-a", 3), ("pod-a@CPU/g2", 1)]
+    apply(pod, all_blocks_cleared())
+    assert index.usage().objects == 0
+    assert_consistent(index)
+
+
+def test_a_remote_store_is_not_a_block_the_pod_holds(index: Index) -> None:
+    """vLLM's locality: REMOTE is a tier the publisher reaches, not memory it holds."""
+    pod = PodWriter(index, "pod-a")
+    applied = pod.apply(decode_batch(encode_batch(
+        stored(CHAIN[:2], medium="STORAGE", locality="REMOTE"),
+        stored(CHAIN[:1], locality="LOCAL"))))
+    assert (applied.remote, applied.stored) == (2, 1)
+    assert pods_for_prefix(index, CHAIN) == [("pod-a", 1)]
+    apply(pod, block_removed(CHAIN[:1], locality="REMOTE"))  # not the pod's own copy
+    assert pods_for_prefix(index, CHAIN) == [("pod-a", 1)]
+
+
+def test_a_bad_event_is_refused_alone(index: Index) -> None:
+    """Before, one bad event (here an unusable medium) dropped its whole batch."""
+    pod = PodWriter(index, "pod-a")
+    payload = msgpack.packb([1.0, [stored(CHAIN[:2]),
+                                   {"type": "BlockRemoved", "block_hashes": [CHAIN[0]],
+                                    "medium": "not a medium!"},
+                                   stored(CHAIN[2:3], parent=CHAIN[1])], 0])
+    applied = pod.apply(decode_batch(payload))
+    assert (applied.bad_events, applied.stored) == (1, 3)
+    assert pods_for_prefix(index, CHAIN) == [("pod-a", 3)]
 
 
 def test_the_query_reads_past_the_probe_for_long_chains(index: Index) -> None:
     chain = [bytes([i]) * 32 for i in range(1, PROBE + 9)]
-    apply(PodWriter(index, "long"), stored(chain))
-    apply(PodWriter(index, "medium"), stored(chain[:PROBE + 3]))
-    apply(PodWriter(index, "short"), stored(chain[:PROBE]))
-    apply(PodWriter(index, "first"), stored(chain[:1]))
+    apply(PodWriter(index, "long"), block_stored(chain))
+    apply(PodWriter(index, "medium"), block_stored(chain[:PROBE + 3]))
+    apply(PodWriter(index, "short"), block_stored(chain[:PROBE]))
+    apply(PodWriter(index, "first"), block_stored(chain[:1]))
     assert pods_for_prefix(index, chain) == [("long", PROBE + 8), ("medium", PROBE + 3),
                                              ("short", PROBE), ("first", 1)]
 
 
-# -- ZMQ: vLLM's publisher and replay socket -----------------------------------------------
+def test_a_router_asks_with_tokens_alone(index: Index) -> None:
+    """Each block also lives under its token hash, chained across events and batches
+    (the parent's from memory, or from the holder's map for a new writer): a router
+    hashes the prompt's tokens and finds the pods without vLLM's hashing code or seed."""
+    apply(PodWriter(index, "pod-a"), stored(CHAIN[:2]))
+    apply(PodWriter(index, "pod-a"), stored(CHAIN[2:4], parent=CHAIN[1]))  # a restart
+    pod_b = PodWriter(index, "pod-b")
+    apply(pod_b, stored(CHAIN[:1]))
+    apply(pod_b, stored(CHAIN[1:3], parent=CHAIN[0]))
+    assert pods_for_tokens(index, PROMPT, BLOCK) == [("pod-a", 4), ("pod-b", 3)]
+    assert pods_for_tokens(index, PROMPT[:9], BLOCK) == [("pod-a", 2), ("pod-b", 2)]
+    assert pods_for_tokens(index, PROMPT[1:], BLOCK) == []  # other blocks
+    nodes = token_nodes(4)
+    assert [node_fields(index, h).get("p") for h in nodes] == [None, *nodes[:3]]
+    assert index.client.hget(index.ctx.schema.token_hashes("pod-a"),
+                             prefix_hash_of(CHAIN[3])[:16]) == nodes[3][:16]
+    assert_consistent(index)
 
 
-def free_port() -> int:
-    with contextlib.closing(socket.socket()) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+def test_blocks_whose_hash_covers_more_than_tokens_get_no_token_hash(index: Index) -> None:
+    """A LoRA adapter, extra keys (multimodal inputs, a cache salt) or lookahead tokens
+    are in vLLM's hash, not in tokens alone: a token query must not find those blocks."""
+    pod = PodWriter(index, "pod-a")
+    applied = pod.apply(decode_batch(encode_batch(
+        stored(CHAIN[:1], extra_keys=[["salt"]]),
+        stored(CHAIN[1:2], parent=CHAIN[0]))))  # its parent has no token hash
+    assert (applied.stored, applied.without_token_hash) == (2, 2)
+    assert pods_for_prefix(index, CHAIN) == [("pod-a", 2)]
+    assert pods_for_tokens(index, PROMPT, BLOCK) == []
+
+
+@pytest.mark.parametrize(("tokens", "block_size"), [
+    ("abcd", 2), ([1, -1], 2), ([1, 1 << 32], 2), ([1.5, 2], 2), ([1, 2], 0), ([1, 2], True),
+])
+def test_bad_token_queries_are_refused(index: Index, tokens: object, block_size: object
+                                       ) -> None:
+    with pytest.raises(InvalidArgument):
+        pods_for_tokens(index, tokens, block_size)  # type: ignore[arg-type]
+
+
+def test_token_hashes_can_be_left_out(index: Index) -> None:
+    pod = PodWriter(index, "pod-a", token_hashes=False)
+    applied = pod.apply(decode_batch(encode_batch(stored(CHAIN))))
+    assert (applied.stored, applied.without_token_hash) == (5, 0)
+    assert index.usage().objects == 5 and pods_for_tokens(index, PROMPT, BLOCK) == []
+    assert pods_for_prefix(index, CHAIN) == [("pod-a", 5)]
+
+
+# -- ZMQ: the publisher and its replay socket ----------------------------------------------
 
 
 @pytest.fixture
@@ -226,168 +355,95 @@ def real_index(redis_url: str) -> Index:
     return Index.from_url(redis_url, namespace="vllm")
 
 
-@pytest.fixture
-def publisher() -> Iterator[tuple[ZmqEventPublisher, str, str]]:
-    endpoint = f"tcp://127.0.0.1:{free_port()}"
-    replay = f"tcp://127.0.0.1:{free_port()}"
-    # vLLM binds only wildcard endpoints, connects to the rest: bind with tcp://*:port
-    pub = ZmqEventPublisher(0, endpoint.replace("127.0.0.1", "*"),
-                            replay.replace("127.0.0.1", "*"), topic="kv")
-    yield pub, endpoint, replay
-    pub.shutdown()
-
-
-def wait_until_subscribed(pub: ZmqEventPublisher, feed: Feed) -> int:
-    """Publish empty batches until the feed gets one (a SUB misses what is sent before it
-    has connected); returns how many were published (the next batch's seq)."""
-    end = time.monotonic() + DEADLINE_S
-    published = 0
-    while not feed.receive(50):
-        assert time.monotonic() < end, "the feed never received the publisher's batches"
-        pub.publish(batch())
-        published += 1
-    return published
-
-
-def step_until(ingester: Ingester, seq: int) -> None:
-    """Step until the batch of sequence number seq has been delivered."""
-    end = time.monotonic() + DEADLINE_S
-    while ingester.feed.last_seq is None or ingester.feed.last_seq < seq:
-        assert time.monotonic() < end, f"batch {seq} never came (last: {ingester.feed.last_seq})"
-        ingester.step(50)
-
-
-def test_ingests_from_vllms_publisher(real_index: Index,
-                                      publisher: tuple[ZmqEventPublisher, str, str]) -> None:
-    pub, endpoint, replay = publisher
-    feed = Feed(endpoint, "kv", replay)
-    base = wait_until_subscribed(pub, feed)
-    ingester = Ingester(feed, PodWriter(real_index, "pod-a"))
-    pub.publish(batch(stored(CHAIN[:3])))
-    pub.publish(batch(stored(CHAIN[3:], parent=CHAIN[2]), removed([CHAIN[4]])))
-    step_until(ingester, base + 1)
-    assert pods_for_prefix(real_index, CHAIN) == [("pod-a", 4)]
-    assert node(real_index, CHAIN[3])["p"] == prefix_hash_of(CHAIN[2])
-    assert node(real_index, CHAIN[4]) == {}
-    assert feed.counters.gaps == 0 and ingester.applied.stored == 4
-    feed.close()
-
-
-def test_a_gap_is_filled_by_vllms_replay_socket(
-        real_index: Index, publisher: tuple[ZmqEventPublisher, str, str]) -> None:
-    pub, endpoint, replay = publisher
-    feed = Feed(endpoint, "kv", replay)
-    base = wait_until_subscribed(pub, feed)
-    ingester = Ingester(feed, PodWriter(real_index, "pod-a"))
-    pub.publish(batch(stored(CHAIN[:2])))
-    pub.publish(batch(stored(CHAIN[2:], parent=CHAIN[1])))
-    end = time.monotonic() + DEADLINE_S
-    while True:  # the subscriber loses the batch of seq base (and empty ones before it)
-        assert feed._sub.poll(DEADLINE_S * 1000) and time.monotonic() < end
-        if int.from_bytes(feed._sub.recv_multipart()[1], "big") == base:
-            break
-    step_until(ingester, base + 1)
-    assert (feed.counters.gaps, feed.counters.missed) == (1, 0)
-    assert feed.counters.replayed >= 1
-    assert pods_for_prefix(real_index, CHAIN) == [("pod-a", 5)]
-    assert node(real_index, CHAIN[2])["p"] == prefix_hash_of(CHAIN[1])
-    feed.close()
-
-
-class FakeEngine:
-    """A PUB socket that sends chosen sequence numbers, and a replay ROUTER that answers as
-    vLLM's does ([id, b"", topic, seq, payload] per batch from the start asked, then the end
-    marker) from the payloads it is given."""
-
-    def __init__(self, replay: bool = True):
-        self.context = zmq.Context()
-        self.pub = self.context.socket(zmq.PUB)
-        self.endpoint = f"tcp://127.0.0.1:{self.pub.bind_to_random_port('tcp://127.0.0.1')}"
-        self.buffered: dict[int, bytes] = {}
-        self.requests: list[int] = []
-        self.replay_endpoint: str | None = None
-        self.stop = threading.Event()
-        self.thread: threading.Thread | None = None
-        if replay:
-            self.router = self.context.socket(zmq.ROUTER)
-            port = self.router.bind_to_random_port("tcp://127.0.0.1")
-            self.replay_endpoint = f"tcp://127.0.0.1:{port}"
-            self.thread = threading.Thread(target=self._serve, daemon=True)
-            self.thread.start()
-
-    def _serve(self) -> None:
-        while not self.stop.is_set():
-            if not self.router.poll(20):
-                continue
-            client, _, start = self.router.recv_multipart()
-            self.requests.append(int.from_bytes(start, "big"))
-            for seq in sorted(s for s in self.buffered if s >= self.requests[-1]):
-                self.router.send_multipart([client, b"", b"kv", seq.to_bytes(8, "big"),
-                                            self.buffered[seq]])
-            self.router.send_multipart([client, b"", b"", END_SEQ, b""])
-
-    def send(self, seq: int, payload: bytes) -> None:
-        self.pub.send_multipart([b"kv", seq.to_bytes(8, "big"), payload])
-
-    def subscribe(self, feed: Feed) -> int:
-        """Send empty batches until the feed has one and deliver the rest; returns the next
-        sequence number."""
-        end = time.monotonic() + DEADLINE_S
-        seq = 0
-        while not feed.receive(50):
-            assert time.monotonic() < end
-            self.send(seq, ENCODE(batch()))
-            seq += 1
-        while feed.last_seq is not None and feed.last_seq < seq - 1:
-            assert time.monotonic() < end and feed.receive(DEADLINE_S * 1000)
-        return seq
-
-    def close(self) -> None:
-        self.stop.set()
-        if self.thread is not None:
-            self.thread.join()
-            self.router.close(0)
-        self.pub.close(0)
-        self.context.term()
+@contextlib.contextmanager
+def engine(replay: bool = True, replay_topic: bool = True) -> Iterator[Publisher]:
+    publisher = Publisher(replay=replay, replay_topic=replay_topic)
+    try:
+        yield publisher
+    finally:
+        publisher.close()
 
 
 def chain_batch(i: int) -> bytes:
     """Block i of CHAIN, under block i-1."""
-    return ENCODE(batch(stored([CHAIN[i]], parent=CHAIN[i - 1] if i else None)))
+    return encode_batch(stored([CHAIN[i]], parent=CHAIN[i - 1] if i else None))
+
+
+def subscribe(publisher: Publisher, feed: Feed) -> int:
+    """Publish empty batches until the feed hears one (a SUB misses what is sent before it
+    has connected); returns the next sequence number."""
+    end = time.monotonic() + DEADLINE_S
+    while not feed.receive(50):
+        assert time.monotonic() < end, "the feed never received the publisher's batches"
+        publisher.publish(encode_batch())
+    while feed.last_seq is not None and feed.last_seq < publisher.next_seq - 1:
+        assert time.monotonic() < end and feed.receive(DEADLINE_S * 1000)
+    return publisher.next_seq
+
+
+def step_until(ingester: Ingester, done: object) -> None:
+    """Step until done() (a callable) holds."""
+    end = time.monotonic() + DEADLINE_S
+    while not done():  # type: ignore[operator]
+        assert time.monotonic() < end, f"never happened (last seq: {ingester.feed.last_seq})"
+        ingester.step(50)
+
+
+def seq_reached(ingester: Ingester, seq: int) -> object:
+    return lambda: ingester.feed.last_seq is not None and ingester.feed.last_seq >= seq
 
 
 @contextlib.contextmanager
-def fake_engine(index: Index, replay: bool = True) -> Iterator[tuple[FakeEngine, Ingester, int]]:
-    """A fake engine, an ingester subscribed to it for pod-a, and the next seq to send."""
-    engine = FakeEngine(replay)
-    feed = Feed(engine.endpoint, "kv", engine.replay_endpoint)
+def following(index: Index, publisher: Publisher, subscribed: bool = True, **feed_options: object
+              ) -> Iterator[tuple[Ingester, int]]:
+    """An ingester of pod-a on the publisher (subscribed: heard its first batches), and the
+    next seq to publish."""
+    feed = Feed(publisher.endpoint, "kv", publisher.replay_endpoint, **feed_options)
     try:
-        base = engine.subscribe(feed)
-        yield engine, Ingester(feed, PodWriter(index, "pod-a")), base
+        base = subscribe(publisher, feed) if subscribed else publisher.next_seq
+        yield Ingester(feed, PodWriter(index, "pod-a")), base
     finally:
         feed.close()
-        engine.close()
 
 
-def test_a_gap_is_filled_from_a_replay_router(real_index: Index) -> None:
-    with fake_engine(real_index) as (engine, ingester, base):
+def test_ingests_from_the_publisher(real_index: Index) -> None:
+    with engine() as publisher, following(real_index, publisher) as (ingester, base):
+        publisher.publish(encode_batch(stored(CHAIN[:3])))
+        publisher.publish(encode_batch(stored(CHAIN[3:], parent=CHAIN[2]),
+                                       block_removed([CHAIN[4]])))
+        step_until(ingester, seq_reached(ingester, base + 1))
+        assert pods_for_prefix(real_index, CHAIN) == [("pod-a", 4)]
+        assert pods_for_tokens(real_index, PROMPT, BLOCK) == [("pod-a", 4)]
+        assert node(real_index, CHAIN[3])["p"] == prefix_hash_of(CHAIN[2])
+        assert node(real_index, CHAIN[4]) == {}
+        assert ingester.feed.counters.gaps == 0 and ingester.applied.stored == 4
+
+
+@pytest.mark.parametrize("replay_topic", [True, False], ids=["with-topic", "without-topic"])
+def test_a_gap_is_filled_from_the_replay_socket(real_index: Index, replay_topic: bool) -> None:
+    """Replies with the topic frame (vLLM 0.11 on) and without it (before)."""
+    with engine(replay_topic=replay_topic) as publisher, \
+            following(real_index, publisher) as (ingester, base):
         feed = ingester.feed
-        engine.buffered = {base + i: chain_batch(i) for i in range(4)}
-        engine.send(base, chain_batch(0))
-        engine.send(base + 3, chain_batch(3))  # 1 and 2 never come on the PUB socket
-        step_until(ingester, base + 3)
-        assert engine.requests == [base + 1]
+        publisher.publish(chain_batch(0))
+        publisher.publish(chain_batch(1), send=False)  # never heard on the PUB socket
+        publisher.publish(chain_batch(2), send=False)
+        publisher.publish(chain_batch(3))
+        step_until(ingester, seq_reached(ingester, base + 3))
+        assert publisher.requests[-1] == base + 1
         assert (feed.counters.gaps, feed.counters.replayed, feed.counters.missed) == (1, 2, 0)
         assert pods_for_prefix(real_index, CHAIN) == [("pod-a", 4)]
         assert node(real_index, CHAIN[2])["p"] == prefix_hash_of(CHAIN[1])
 
 
 def test_a_gap_without_replay_is_counted_and_the_blocks_are_missing(real_index: Index) -> None:
-    with fake_engine(real_index, replay=False) as (engine, ingester, base):
+    with engine(replay=False) as publisher, following(real_index, publisher) as (ingester, base):
         feed = ingester.feed
-        engine.send(base, chain_batch(0))
-        engine.send(base + 3, chain_batch(3))
-        step_until(ingester, base + 3)
+        publisher.publish(chain_batch(0))
+        publisher.publish(chain_batch(1), send=False)
+        publisher.publish(chain_batch(2), send=False)
+        publisher.publish(chain_batch(3))
+        step_until(ingester, seq_reached(ingester, base + 3))
         assert (feed.counters.gaps, feed.counters.missed, feed.counters.replayed) == (1, 2, 0)
         assert [bool(pod_objects(real_index, block)) for block in CHAIN[:4]] == \
             [True, False, False, True]
@@ -395,63 +451,106 @@ def test_a_gap_without_replay_is_counted_and_the_blocks_are_missing(real_index: 
 
 
 def test_replay_that_no_longer_has_the_batches_counts_them_missed(real_index: Index) -> None:
-    with fake_engine(real_index) as (engine, ingester, base):
+    with engine() as publisher, following(real_index, publisher) as (ingester, base):
         feed = ingester.feed
-        engine.buffered = {base + i: chain_batch(i) for i in (3, 4)}  # 1 and 2 left the buffer
-        engine.send(base, chain_batch(0))
-        engine.send(base + 4, chain_batch(4))
-        step_until(ingester, base + 4)
+        publisher.publish(chain_batch(0))
+        publisher.buffer_steps = 2  # 1 and 2 leave the buffer
+        for i in (1, 2, 3):
+            publisher.publish(chain_batch(i), send=False)
+        publisher.publish(chain_batch(4))
+        step_until(ingester, seq_reached(ingester, base + 4))
         assert (feed.counters.replayed, feed.counters.missed) == (1, 2)
         assert [bool(pod_objects(real_index, block)) for block in CHAIN] == \
             [True, False, False, True, True]
 
 
+def test_a_fresh_ingester_asks_for_what_the_engine_buffers(real_index: Index) -> None:
+    """The engine published before any ingester ran: a fresh one asks the replay socket
+    from 0 and indexes the buffered batches. Before, it started at the first batch it
+    heard, and those blocks were never indexed."""
+    with engine() as publisher:
+        for i in range(3):
+            publisher.publish(chain_batch(i))  # nobody subscribed: heard by no one
+        with following(real_index, publisher, subscribed=False) as (ingester, _):
+            step_until(ingester, lambda: ingester.batches == 3)
+            assert publisher.requests == [0]
+            assert (ingester.feed.counters.replayed, ingester.feed.counters.missed) == (3, 0)
+            assert pods_for_prefix(real_index, CHAIN) == [("pod-a", 3)]
+            last = chain_batch(3)
+            publisher.publish(last, send=False)
+
+            def heard() -> bool:  # the same bytes until the subscription hears them
+                publisher.send_raw(b"kv", (3).to_bytes(8, "big"), last)
+                return ingester.batches == 4
+
+            step_until(ingester, heard)
+            assert pods_for_prefix(real_index, CHAIN) == [("pod-a", 4)]
+            assert ingester.feed.counters.restarts == 0
+
+
+def test_a_repeated_batch_is_a_duplicate_not_a_restart(real_index: Index) -> None:
+    """vLLM promises at least once: a batch heard again is skipped and counted. Before, a
+    repeated sequence number read as an engine restart and wiped the pod."""
+    with engine(replay=False) as publisher, following(real_index, publisher) as (ingester, base):
+        feed = ingester.feed
+        payloads = [chain_batch(0), chain_batch(1)]
+        for payload in payloads:
+            publisher.publish(payload)
+        step_until(ingester, seq_reached(ingester, base + 1))
+        for seq, payload in enumerate(payloads, start=base):  # the same bytes again
+            publisher.send_raw(b"kv", seq.to_bytes(8, "big"), payload)
+        publisher.publish(chain_batch(2))
+        step_until(ingester, seq_reached(ingester, base + 2))
+        assert (feed.counters.duplicates, feed.counters.restarts) == (2, 0)
+        assert ingester.applied.cleared == 0
+        assert pods_for_prefix(real_index, CHAIN) == [("pod-a", 3)]
+
+
 def test_a_publisher_restart_clears_the_pod(real_index: Index) -> None:
-    with fake_engine(real_index, replay=False) as (engine, ingester, base):
+    with engine(replay=False) as publisher, following(real_index, publisher) as (ingester, base):
         feed = ingester.feed
         apply(ingester.writer, stored(CHAIN[:3]))
-        engine.send(base, chain_batch(3))
-        step_until(ingester, base)
-        engine.send(0, ENCODE(batch(stored([CHAIN[4]]))))  # the sequence starts over
-        end = time.monotonic() + DEADLINE_S
-        while feed.counters.restarts == 0:
-            assert time.monotonic() < end
-            ingester.step(50)
-        assert ingester.applied.cleared == 4
+        publisher.publish(chain_batch(3))
+        step_until(ingester, seq_reached(ingester, base))
+        publisher.publish(encode_batch(stored([CHAIN[4]])), seq=0)  # the sequence starts over
+        step_until(ingester, lambda: feed.counters.restarts == 1)
+        assert ingester.applied.cleared == 8  # 4 blocks, in both trees
         assert [bool(pod_objects(real_index, block)) for block in CHAIN] == [False] * 4 + [True]
 
 
 def test_a_restarted_ingester_resumes_where_the_last_one_stopped(real_index: Index) -> None:
-    """The position is stored after each batch: a new ingester of the pod asks the replay
+    """The position is stored with each batch: a new ingester of the pod asks the replay
     socket for what was published while none ran."""
-    with fake_engine(real_index) as (engine, ingester, base):
-        engine.send(base, chain_batch(0))
-        step_until(ingester, base)
-        assert stored_position(real_index, "pod-a") == base
-        ingester.feed.close()
-        feed = Feed(engine.endpoint, "kv", engine.replay_endpoint,
-                    last_seq=stored_position(real_index, "pod-a"))
-        try:
-            restarted = Ingester(feed, PodWriter(real_index, "pod-a"))
-            engine.buffered = {base + 1: chain_batch(1), base + 2: chain_batch(2)}
-            end = time.monotonic() + DEADLINE_S
-            while not restarted.batches:  # until the new subscription hears base + 3
-                assert time.monotonic() < end
-                engine.send(base + 3, chain_batch(3))
-                restarted.step(50)
-            assert engine.requests == [base + 1]
-            assert (feed.counters.replayed, feed.counters.missed) == (2, 0)
+    with engine() as publisher:
+        first = chain_batch(0)
+        with following(real_index, publisher) as (ingester, base):
+            publisher.publish(first)
+            step_until(ingester, seq_reached(ingester, base))
+        assert stored_position(real_index, "pod-a") == (base, digest(first))
+        publisher.publish(chain_batch(1), send=False)
+        publisher.publish(chain_batch(2), send=False)
+        last = chain_batch(3)
+        publisher.publish(last, send=False)
+        last_seq, last_digest = stored_position(real_index, "pod-a") or (None, None)
+        with following(real_index, publisher, subscribed=False, last_seq=last_seq,
+                       last_digest=last_digest) as (restarted, _):
+            def heard() -> bool:  # until the new subscription hears base + 3
+                publisher.send_raw(b"kv", (base + 3).to_bytes(8, "big"), last)
+                return restarted.batches >= 3
+
+            step_until(restarted, heard)
+            assert publisher.requests[-1] == base + 1
+            assert (restarted.feed.counters.replayed, restarted.feed.counters.missed) == (2, 0)
             assert pods_for_prefix(real_index, CHAIN) == [("pod-a", 4)]
-            assert stored_position(real_index, "pod-a") == base + 3
-        finally:
-            feed.close()
+            assert stored_position(real_index, "pod-a") == (base + 3, digest(last))
+            assert restarted.feed.counters.restarts == 0  # base + 3 again: duplicates
 
 
 def test_a_bad_batch_is_skipped_and_the_next_applied(real_index: Index) -> None:
-    with fake_engine(real_index, replay=False) as (engine, ingester, base):
-        engine.send(base, b"not msgpack \xc1")
-        engine.send(base + 1, chain_batch(0))
-        step_until(ingester, base + 1)
+    with engine(replay=False) as publisher, following(real_index, publisher) as (ingester, base):
+        publisher.publish(b"not msgpack \xc1")
+        publisher.publish(chain_batch(0))
+        step_until(ingester, seq_reached(ingester, base + 1))
         assert ingester.bad_batches == 1 and pods_for_prefix(real_index, CHAIN) == [("pod-a", 1)]
 
 
@@ -460,27 +559,28 @@ def test_a_bad_batch_is_skipped_and_the_next_applied(real_index: Index) -> None:
 
 def test_ingest_and_pods_commands(redis_url: str, capsys: pytest.CaptureFixture[str],
                                   caplog: pytest.LogCaptureFixture) -> None:
-    engine = FakeEngine(replay=False)
-    payload = ENCODE(batch(stored(CHAIN[:3])))
+    publisher = Publisher(replay=False)
+    payload = encode_batch(stored(CHAIN[:3]))
     done = threading.Event()
 
     def publish() -> None:  # the same batch again and again: the ingester stops after 2
-        seq = 0
         while not done.is_set():
-            engine.send(seq, payload)
-            seq += 1
+            publisher.publish(payload)
             time.sleep(0.01)
 
     sender = threading.Thread(target=publish, daemon=True)
     sender.start()
     try:
         code = main(["--url", redis_url, "--namespace", "vllm", "ingest", "--zmq",
-                     engine.endpoint, "--pod", "pod-a", "--topic", "kv", "--max-batches", "2",
-                     "--log-every", "1"])
+                     publisher.endpoint, "--pod", "pod-a", "--topic", "kv", "--max-batches",
+                     "2", "--log-every", "1"])
+        assert main(["--url", redis_url, "--namespace", "vllm-hashes-only", "ingest", "--zmq",
+                     publisher.endpoint, "--pod", "pod-a", "--topic", "kv", "--max-batches",
+                     "1", "--no-token-hashes"]) == 0
     finally:
         done.set()
         sender.join()
-        engine.close()
+        publisher.close()
     assert code == 0
     assert "pod pod-a: 1 batches applied" in caplog.text  # --log-every 1
     assert "stopped: pod pod-a: 2 batches applied" in caplog.text
@@ -497,16 +597,37 @@ def test_ingest_and_pods_commands(redis_url: str, capsys: pytest.CaptureFixture[
     assert '"matched_blocks": 1' in capsys.readouterr().out  # 0x… is bytes, not the int
     assert main(["--url", redis_url, "--namespace", "vllm", "pods", "7"]) == 1
     assert "no pod holds the first block" in capsys.readouterr().err
+    tokens = [str(t) for t in PROMPT[:4 * BLOCK + 1]]
+    assert main(["--url", redis_url, "--namespace", "vllm", "pods", "--tokens",
+                 "--block-size", str(BLOCK), *tokens]) == 0
+    assert capsys.readouterr().out == "pod-a\t3/4\n"
+    for by in (hashes, ["--tokens", "--block-size", str(BLOCK), *tokens]):
+        assert main(["--url", redis_url, "--namespace", "vllm-hashes-only", "pods", *by]) == \
+            (0 if by is hashes else 1)
+    assert Index.from_url(redis_url, namespace="vllm-hashes-only").usage().objects == 3
 
 
-@pytest.mark.parametrize("argv", [["pods", "xyz"], ["pods"],
+@pytest.mark.parametrize("argv", [["pods"],
                                   ["ingest", "--zmq", "localhost:5557", "--pod", "a"],
                                   ["ingest", "--zmq", "tcp://h:1", "--pod", "a", "--log-every",
-                                   "0"]])
+                                   "0"], ["pods", "--tokens", "1", "--block-size", "0"]])
 def test_bad_command_lines_are_usage_errors(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["pods", "xyz"], "'xyz' is not a block hash"),
+    (["pods", "--tokens", "1", "2"], "--tokens and --block-size N go together"),
+    (["pods", "--block-size", "4", "5"], "--tokens and --block-size N go together"),
+    (["pods", "--tokens", "--block-size", "4", "-1"], "'-1' is not a token id"),
+    (["pods", "--tokens", "--block-size", "4", str(1 << 32)], "is not a token id"),
+])
+def test_bad_values_are_usage_errors(argv: list[str], message: str,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--url", "memory://pods-usage", *argv]) == 2
+    assert message in capsys.readouterr().err
 
 
 def test_bad_pod_name_and_missing_extra_fail_clearly(
@@ -517,8 +638,11 @@ def test_bad_pod_name_and_missing_extra_fail_clearly(
     assert "pod name 'a_b'" in capsys.readouterr().err
     real = ingest_cli.importlib.util.find_spec
     monkeypatch.setattr(ingest_cli.importlib.util, "find_spec",
-                        lambda name: None if name == "zmq" else real(name))
+                        lambda name: None if name == "xxhash" else real(name))
     assert main(["--url", redis_url, "ingest", "--zmq", "tcp://127.0.0.1:1", "--pod",
                  "p"]) == 1
     assert "pip install 'mooncake-redis[vllm]'" in capsys.readouterr().err
-    # pods only reads Redis: it needs no extra (test_cli.py runs it without one)
+    Index.from_url(redis_url, lease_ttl_ms=5)  # the namespace exists
+    assert main(["--url", redis_url, "pods", "--tokens", "--block-size", "1", "5"]) == 1
+    assert "pip install 'mooncake-redis[vllm]'" in capsys.readouterr().err
+    # pods by block hash only reads Redis: it needs no extra (test_cli.py runs it so)

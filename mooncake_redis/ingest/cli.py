@@ -1,5 +1,6 @@
 """The `ingest` command (follow a vLLM engine's KV events for one pod) and the `pods`
-command (which pods hold the longest leading run of a chain of block hashes)."""
+command (which pods hold the longest leading run of a chain of block hashes, or of a
+prompt's tokens with --tokens)."""
 
 from __future__ import annotations
 
@@ -9,20 +10,30 @@ import logging
 import re
 import signal
 import threading
+from typing import Any
 
 import blake3
 
-from ..cli_support import OK, add_json_option, at_least, fail, open_index, print_json
+from ..cli_support import (
+    OK,
+    USAGE,
+    add_json_option,
+    at_least,
+    fail,
+    open_index,
+    print_json,
+)
 from ..logs import LEVELS, configure_logging
 
 log = logging.getLogger("mooncake_redis.ingest")
 
-EXTRA_MODULES = {"zmq": "pyzmq", "msgpack": "msgpack"}
+EXTRA_MODULES = {"zmq": "pyzmq", "msgpack": "msgpack", "xxhash": "xxhash"}
 
 
-def missing_extra() -> str | None:
-    """What the vllm extra lacks, as an error message; None if it is installed."""
-    missing = [package for module, package in EXTRA_MODULES.items()
+def missing_extra(modules: tuple[str, ...] = tuple(EXTRA_MODULES)) -> str | None:
+    """What the vllm extra lacks (of the modules named), as an error message; None if it is
+    installed."""
+    missing = [EXTRA_MODULES[module] for module in modules
                if importlib.util.find_spec(module) is None]
     if not missing:
         return None
@@ -69,17 +80,21 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     check_pod_name(args.pod)
     configure_logging(args.log_level)
     index = open_index(args, token=writer_token(args.pod))
-    writer = PodWriter(index, args.pod)
+    writer = PodWriter(index, args.pod, token_hashes=not args.no_token_hashes)
     position = index.ctx.schema.ingest_position(args.pod)
     if args.reset:
         log.info("--reset: removed %d objects of pod %s", writer.clear(), args.pod)
         index.client.delete(position)
-    last_seq = stored_position(index, args.pod)
+    stored = stored_position(index, args.pod)
+    last_seq, last_digest = stored if stored else (None, None)
     if last_seq is not None:
         log.info("resuming after batch %d (the last this pod's ingester applied): a gap "
                  "is asked of the replay socket, a sequence that went back clears the pod",
                  last_seq)
-    feed = Feed(args.zmq, args.topic, args.replay, args.replay_timeout, last_seq=last_seq)
+    elif args.replay:
+        log.info("no stored position: asking the replay socket for every batch it buffers")
+    feed = Feed(args.zmq, args.topic, args.replay, args.replay_timeout, last_seq=last_seq,
+                last_digest=last_digest)
     ingester = Ingester(feed, writer, args.log_every)
     stop = threading.Event()
     stopping = (signal.SIGTERM, signal.SIGINT)
@@ -98,19 +113,40 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_pods(args: argparse.Namespace) -> int:
-    from .pods import pods_for_prefix  # only reads Redis: needs neither pyzmq nor msgpack
+    if args.tokens:  # token hashes need xxhash (the vllm extra); block hashes need nothing
+        missing = missing_extra(("xxhash",))
+        if missing:
+            return fail(missing)
+    from .pods import pods_for_prefix, pods_for_tokens
 
+    try:
+        if args.tokens != (args.block_size is not None):
+            raise argparse.ArgumentTypeError("--tokens and --block-size N go together (N: the "
+                                             "engine's block size)")
+        asked: list[Any] = [(token_id if args.tokens else block_hash)(text)
+                            for text in args.values]
+    except argparse.ArgumentTypeError as error:
+        return fail(f"pods: {error}", code=USAGE)
+    blocks = len(asked) // args.block_size if args.tokens else len(asked)
     index = open_index(args, read_only=True, must_exist=True)
-    runs = pods_for_prefix(index, args.hashes)
+    runs = pods_for_tokens(index, asked, args.block_size) if args.tokens else \
+        pods_for_prefix(index, asked)
     if args.json:
-        print_json({"blocks": len(args.hashes),
+        print_json({"blocks": blocks,
                     "pods": [{"pod": pod, "matched_blocks": matched} for pod, matched in runs]})
     else:
         for pod, matched in runs:
-            print(f"{pod}\t{matched}/{len(args.hashes)}")
+            print(f"{pod}\t{matched}/{blocks}")
     if not runs:
         return fail(f"no pod holds the first block in namespace {index.namespace!r}")
     return OK
+
+
+def token_id(text: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,10}", text) or int(text) >= 1 << 32:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a token id (a decimal integer of "
+                                         "0 to 2**32 - 1)")
+    return int(text)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -140,6 +176,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="first remove every block recorded for the pod and forget "
                              "where its last run stopped (when the engine restarted while "
                              "the ingester was down)")
+    ingest.add_argument("--no-token-hashes", action="store_true",
+                        help="record blocks under vLLM's hashes only, not also under their "
+                             "token hashes (half the writes; `pods --tokens` then does not "
+                             "find this pod's blocks)")
     ingest.add_argument("--max-batches", type=at_least(1), default=None,
                         help="stop after applying N batches (default: run until stopped)")
     ingest.add_argument("--log-level", choices=LEVELS, default="INFO", type=str.upper)
@@ -147,10 +187,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     pods = subparsers.add_parser(
         "pods", help="which pods hold the longest leading run of a chain of vLLM block "
-                     "hashes, longest first (reads only; needs no extra); exit 1 if "
-                     "no pod holds the first block")
-    pods.add_argument("hashes", nargs="+", type=block_hash, metavar="HASH",
+                     "hashes, or with --tokens of a prompt's token ids, longest first (reads "
+                     "only; --tokens needs the vllm extra); exit 1 if no pod holds the first "
+                     "block",
+        description="Which holders (pod, pod@medium, pod/g<group>) hold the longest leading "
+                    "run of a chain: of vLLM block hashes (first block first), or with "
+                    "--tokens --block-size N of a prompt's token ids, cut into blocks of N "
+                    "and looked up by their token hashes (docs/INTEGRATIONS.md), so no engine "
+                    "hashing code is needed. Exit 1 if no pod holds the first block.")
+    pods.add_argument("values", nargs="+", metavar="HASH_OR_TOKEN",
                       help="block hashes, first block first: 64 hex digits, a decimal "
-                           "integer, or 0x and hex digits")
+                           "integer, or 0x and hex digits; with --tokens, token ids")
+    pods.add_argument("--tokens", action="store_true",
+                      help="the values are the prompt's token ids, not block hashes")
+    pods.add_argument("--block-size", type=at_least(1), default=None, metavar="N",
+                      help="tokens per block, the engine's block size (with --tokens)")
     add_json_option(pods)
     pods.set_defaults(func=cmd_pods)

@@ -7,7 +7,6 @@ import logging
 import threading
 from dataclasses import asdict
 
-from ..errors import InvalidArgument
 from ..index import Index
 from .feed import Feed
 from .pods import Applied, PodWriter
@@ -16,11 +15,13 @@ from .vllm_events import InvalidEvent, decode_batch
 log = logging.getLogger("mooncake_redis.ingest")
 
 
-def stored_position(index: Index, pod: str) -> int | None:
-    """The last batch an earlier run of the pod's ingester applied (None: none, or
-    forgotten by --reset)."""
+def stored_position(index: Index, pod: str) -> tuple[int, str | None] | None:
+    """The last batch an earlier run of the pod's ingester applied, with its digest (None
+    from releases that stored the number alone), as "<seq> <digest>"; None: none, or
+    forgotten by --reset."""
     stored = index.client.get(index.ctx.schema.ingest_position(pod))
-    return int(stored) if stored is not None and str(stored).isdigit() else None
+    seq, _, digest = str(stored or "").partition(" ")
+    return (int(seq), digest or None) if seq.isdigit() else None
 
 
 class Ingester:
@@ -33,7 +34,7 @@ class Ingester:
         self.batches = 0
         """Batches applied."""
         self.bad_batches = 0
-        """Batches skipped because they could not be decoded or applied as they are."""
+        """Batches skipped because they are not KV event batches at all."""
 
     def step(self, timeout_ms: int = 200) -> int:
         """Apply what the feed delivers within timeout_ms; returns how many batches."""
@@ -41,23 +42,24 @@ class Ingester:
         for delivery in self.feed.receive(timeout_ms):
             if delivery.restarted:
                 self.applied.cleared += self.writer.clear()
+            position = ("SET", self.position_key, f"{delivery.seq} {delivery.digest}")
             try:
-                self.applied.add(self.writer.apply(decode_batch(delivery.payload)))
-            except (InvalidEvent, InvalidArgument) as error:
+                batch = decode_batch(delivery.payload)
+            except InvalidEvent as error:
                 self.bad_batches += 1
                 log.warning("skipping batch %d: %s", delivery.seq, error)
+                self.writer.index.client.set(*position[1:])
                 continue
+            if batch.invalid:
+                log.warning("batch %d: %d malformed events skipped, the other %d applied: %s",
+                            delivery.seq, batch.invalid, len(batch.events),
+                            "; ".join(batch.problems))
+            self.applied.add(self.writer.apply(batch, position))
             applied += 1
             self.batches += 1
-            self.save_position(delivery.seq)
             if self.batches % self.log_every == 0:
                 log.info("%s", self.summary())
         return applied
-
-    def save_position(self, seq: int) -> None:
-        """Record the batch applied (after it was, so a crash in between re-applies it: the
-        pod's writer token makes the re-applied puts re-sends, removals find nothing)."""
-        self.writer.index.client.set(self.position_key, seq)
 
     def run(self, stop: threading.Event, max_batches: int | None = None) -> None:
         """Until stop is set (or max_batches have been applied)."""

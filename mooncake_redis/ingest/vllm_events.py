@@ -2,16 +2,20 @@
 mapped to prefix hashes.
 
 vLLM (vllm/distributed/kv_events.py) encodes with msgspec: a KVEventBatch is a msgpack
-array [ts, events, data_parallel_rank] (the rank left out when None); each event is a map
-tagged by its class name, {"type": "BlockStored", "block_hashes": [...], ...}, with
-fields at their defaults left out. Releases before 0.11 encoded the events as arrays,
-["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium];
-both forms are read. Event types this module does not know are counted and skipped, so a
-newer vLLM does not stop the ingester.
+array [ts, events, data_parallel_rank] in vLLM 0.33 (the rank left out when None), a map
+{"ts", "events", "data_parallel_rank"} where EventBatch is declared without `array_like`
+(a newer source); each event is a map tagged by its class name, {"type": "BlockStored",
+"block_hashes": [...], ...}, with fields at their defaults left out. Releases before 0.11
+encoded the events as arrays, ["BlockStored", block_hashes, parent_block_hash, token_ids,
+block_size, lora_id, medium, ...]. Every form is read. An event that is malformed is
+refused alone (counted in EventBatch.invalid, the rest of its batch is applied), and
+event types this module does not know are counted and skipped, so a newer vLLM does not
+stop the ingester.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,11 +29,18 @@ BlockHash = bytes | int
 VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1 (vLLM's default) its low 64 bits as an int."""
 
 _UINT64 = 1 << 64
+_UINT32 = 1 << 32
 _INT_PADDING = "0" * 48
+_MEDIUM = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,31}")
+LOCAL = "LOCAL"
+"""vLLM's Locality.LOCAL; a store or removal of any other locality (REMOTE: a tier the
+publisher reaches but does not hold) is not a block the pod holds."""
+PROBLEMS_KEPT = 3
+"""How many reasons of refused events a batch keeps for the log."""
 
 
 class InvalidEvent(MooncakeRedisError):
-    """A payload that is not a KV event batch as vLLM publishes it."""
+    """A payload (or one event of it) that is not what vLLM publishes."""
 
 
 @dataclass(frozen=True)
@@ -42,12 +53,25 @@ class BlockStored:
     medium: str | None
     """Where the blocks are kept: "GPU" (None in older releases), "CPU" or "STORAGE" for
     vLLM's offloading tiers."""
+    group_idx: int | None = None
+    """The KV-cache group (hybrid models have several: full attention, sliding window,
+    Mamba); None before vLLM published it."""
+    locality: str | None = None
+    """LOCAL or REMOTE relative to the publisher; None: unspecified (local)."""
+    token_ids: tuple[int, ...] = ()
+    """The blocks' tokens, block_size per block."""
+    tokens_only: bool = False
+    """vLLM's hashes of these blocks cover their tokens and nothing else (no LoRA adapter,
+    no extra keys such as multimodal inputs or a cache salt, no lookahead tokens), and
+    token_ids holds block_size tokens per block: a token hash can stand for them."""
 
 
 @dataclass(frozen=True)
 class BlockRemoved:
     block_hashes: tuple[BlockHash, ...]
     medium: str | None
+    group_idx: int | None = None
+    locality: str | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +91,10 @@ class EventBatch:
     data_parallel_rank: int | None = None
     unknown: int = 0
     """Events of a type this module does not know (skipped)."""
+    invalid: int = 0
+    """Events refused as malformed (skipped; the rest of the batch stands)."""
+    problems: tuple[str, ...] = ()
+    """Why, for the first PROBLEMS_KEPT refused events."""
 
 
 def prefix_hash_of(block_hash: BlockHash) -> str:
@@ -97,7 +125,8 @@ def prefix_hash_of(block_hash: BlockHash) -> str:
 
 def decode_batch(payload: bytes) -> EventBatch:
     """A KVEventBatch from the payload frame vLLM publishes (and its replay socket
-    re-sends). Raises InvalidEvent for anything else."""
+    re-sends). Raises InvalidEvent when the payload is not a batch at all; a malformed
+    event inside one is counted and left out."""
     try:
         import msgpack  # the vllm extra, imported only to decode: `pods` needs none of it
 
@@ -105,34 +134,52 @@ def decode_batch(payload: bytes) -> EventBatch:
     except Exception as error:  # msgpack raises several unrelated types
         raise InvalidEvent(f"payload is not msgpack ({type(error).__name__}: {error})"
                            ) from None
-    if not isinstance(document, list) or len(document) not in (2, 3) \
-            or not isinstance(document[1], list):
-        raise InvalidEvent(f"payload is not a KVEventBatch [ts, events, "
-                           f"data_parallel_rank]: {document!r:.200}")
-    ts, raw_events = document[0], document[1]
-    rank = document[2] if len(document) == 3 else None
-    if not _is_number(ts) or not (rank is None or _is_int(rank)):
-        raise InvalidEvent(f"KVEventBatch has ts {ts!r:.40} and data_parallel_rank "
-                           f"{rank!r:.40}: a number and an int (or nil) were expected")
+    ts, raw_events, rank = _batch_fields(document)
     events: list[Event] = []
-    unknown = 0
+    unknown = invalid = 0
+    problems: list[str] = []
     for raw in raw_events:
-        event = _event(raw)
+        try:
+            event = _event(raw)
+        except InvalidEvent as error:
+            invalid += 1
+            if len(problems) < PROBLEMS_KEPT:
+                problems.append(str(error))
+            continue
         if event is None:
             unknown += 1
         else:
             events.append(event)
-    return EventBatch(float(ts), tuple(events), rank, unknown)
+    return EventBatch(float(ts), tuple(events), rank, unknown, invalid, tuple(problems))
+
+
+def _batch_fields(document: Any) -> tuple[Any, list[Any], Any]:
+    if isinstance(document, dict):
+        ts, raw_events = document.get("ts"), document.get("events")
+        rank = document.get("data_parallel_rank")
+    elif isinstance(document, list) and len(document) in (2, 3):
+        ts, raw_events = document[0], document[1]
+        rank = document[2] if len(document) == 3 else None
+    else:
+        raise InvalidEvent(f"payload is not a KVEventBatch ([ts, events, data_parallel_rank] "
+                           f"or a map of them): {document!r:.200}")
+    if not isinstance(raw_events, list) or not _is_number(ts) \
+            or not (rank is None or _is_int(rank)):
+        raise InvalidEvent(f"KVEventBatch has ts {ts!r:.40}, events {raw_events!r:.40} and "
+                           f"data_parallel_rank {rank!r:.40}: a number, a list and an int (or "
+                           "nil) were expected")
+    return ts, raw_events, rank
 
 
 _FIELDS = {
     "BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
-                    "medium"),
-    "BlockRemoved": ("block_hashes", "medium"),
+                    "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind",
+                    "kv_cache_spec_sliding_window", "locality", "ownership", "session_id",
+                    "lookahead_token_ids"),
+    "BlockRemoved": ("block_hashes", "medium", "group_idx", "locality", "ownership"),
     "AllBlocksCleared": (),
 }
-"""The leading fields of each event, in vLLM's order (the array form is positional; later
-fields are optional and not needed here)."""
+"""The fields of each event, in vLLM 0.33's order (the array form is positional)."""
 
 
 def _event(raw: Any) -> Event | None:
@@ -145,14 +192,20 @@ def _event(raw: Any) -> Event | None:
     else:
         raise InvalidEvent(f"event {raw!r:.200} is neither a tagged map nor a tagged array")
     if kind == "BlockStored":
-        block_size = fields.get("block_size")
-        if not isinstance(block_size, int) or isinstance(block_size, bool):
-            raise InvalidEvent(f"BlockStored has block_size {block_size!r:.40}, not an int")
+        block_size: Any = fields.get("block_size")
+        if not _is_int(block_size) or block_size <= 0:
+            raise InvalidEvent(f"BlockStored has block_size {block_size!r:.40}, not a "
+                               "positive int")
         parent = fields.get("parent_block_hash")
-        return BlockStored(_hashes(fields, kind), None if parent is None else _hash(parent),
-                           block_size, _medium(fields, kind))
+        hashes = _hashes(fields, kind)
+        tokens = _tokens(fields.get("token_ids"))
+        return BlockStored(hashes, None if parent is None else _hash(parent), block_size,
+                           _medium(fields, kind), _group(fields, kind),
+                           _locality(fields, kind), tokens,
+                           len(tokens) == block_size * len(hashes) and _tokens_only(fields))
     if kind == "BlockRemoved":
-        return BlockRemoved(_hashes(fields, kind), _medium(fields, kind))
+        return BlockRemoved(_hashes(fields, kind), _medium(fields, kind), _group(fields, kind),
+                            _locality(fields, kind))
     if kind == "AllBlocksCleared":
         return AllBlocksCleared()
     return None
@@ -167,15 +220,46 @@ def _hashes(fields: dict[str, Any], kind: str) -> tuple[BlockHash, ...]:
 
 def _hash(value: Any) -> BlockHash:
     if isinstance(value, bytes) or _is_int(value):
+        prefix_hash_of(value)  # refuses an empty one
         return value  # type: ignore[no-any-return]
     raise InvalidEvent(f"block hash {value!r:.80} is neither bytes nor an int")
 
 
+def _tokens(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(_is_int(t) and 0 <= t < _UINT32 for t in value):
+        raise InvalidEvent(f"BlockStored has token_ids {value!r:.80}, not a list of token ids")
+    return tuple(value)
+
+
+def _tokens_only(fields: dict[str, Any]) -> bool:
+    extra = fields.get("extra_keys")
+    return fields.get("lora_name") is None and fields.get("lora_id") is None \
+        and fields.get("lookahead_token_ids") is None \
+        and (extra is None or (isinstance(extra, list) and all(e is None for e in extra)))
+
+
 def _medium(fields: dict[str, Any], kind: str) -> str | None:
     medium = fields.get("medium")
-    if medium is not None and not isinstance(medium, str):
-        raise InvalidEvent(f"{kind} has medium {medium!r:.40}, not a string")
+    if medium is not None and (not isinstance(medium, str) or not _MEDIUM.fullmatch(medium)):
+        raise InvalidEvent(f"{kind} has medium {medium!r:.40}: 1-32 characters of A-Z, a-z, "
+                           "0-9, '.', '-' (or nil) were expected")
     return medium  # type: ignore[no-any-return]
+
+
+def _group(fields: dict[str, Any], kind: str) -> int | None:
+    group = fields.get("group_idx")
+    if group is not None and (not _is_int(group) or not 0 <= group < 1 << 16):
+        raise InvalidEvent(f"{kind} has group_idx {group!r:.40}, not a small int (or nil)")
+    return group  # type: ignore[no-any-return]
+
+
+def _locality(fields: dict[str, Any], kind: str) -> str | None:
+    locality = fields.get("locality")
+    if locality is not None and not isinstance(locality, str):
+        raise InvalidEvent(f"{kind} has locality {locality!r:.40}, not a string (or nil)")
+    return locality  # type: ignore[no-any-return]
 
 
 def _is_int(value: Any) -> bool:
