@@ -5,8 +5,9 @@
 -- run in the parent's shard.
 -- KEYS: 1-7 the shard's keys, then the nodes
 -- ARGV: 1-3 header (_lib.lua), 4 mode: 'remove' (complete and not leased), 'revoke'
---       (processing, by its own writer), 'force' (anything), then 4 per item: node key
---       index, node hash, key suffix, writer token
+--       (processing, by its own writer), 'reclaim' (processing, started at least the
+--       release timeout ago, by any writer: the monitor's sweep), 'force' (anything), then
+--       4 per item: node key index, node hash, key suffix, writer token
 -- Returns: {one per item: 'OK' or NOT_FOUND, LEASED, INVALID_STATE;
 --           intents: parent, child, epoch, ...}
 local mode = ARGV[4]
@@ -25,6 +26,11 @@ local function delete(n, suffix, token)
       return fail('LEASED', 'object ' .. key .. ' is leased by a reader until ' .. num(t) ..
         ' (Redis ms); retry after the lease or pass force=True')
     end
+  elseif mode == 'reclaim' then
+    if state ~= 'p' or t + RELEASE_MS > now() then
+      return fail('INVALID_STATE', 'object ' .. key .. ' is not an unfinished put past '
+        .. 'put_start_release_timeout_ms')
+    end
   elseif mode == 'revoke' then
     if state ~= 'p' then
       return fail('INVALID_STATE', 'object ' .. key .. ' is complete; put_revoke only '
@@ -36,7 +42,8 @@ local function delete(n, suffix, token)
   end
   put_field(n, name, false)
   count_object(n, -1, state, size, t, pins, reps)
-  emit(mode == 'revoke' and 'revoked' or 'removed', n, suffix, size, reps)
+  emit((mode == 'revoke' or mode == 'reclaim') and 'revoked' or 'removed', n, suffix, size,
+    reps)
   return 'OK'
 end
 

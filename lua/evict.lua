@@ -46,8 +46,10 @@ local function evict(n, seen, mode)
   end
   for _, o in ipairs(objects) do
     if mode == 'interior' then put_field(n, 'o:' .. o[1], false) end
-    count_segments(o[7], -1, o[3])
-    emit('evicted', n, o[1], o[3], o[7])
+    if o[2] then  -- a value no script wrote goes with the node, unannounced (fsck's object_value)
+      count_segments(o[7], -1, o[3])
+      emit('evicted', n, o[1], o[3], o[7])
+    end
   end
   local count, bytes = n.no or 0, n.b or 0
   d_used = d_used - bytes

@@ -21,6 +21,7 @@ from .errors import (
     ParentConflict,
     PermissionDenied,
     RadixTreeDisabled,
+    RedisUnavailable,
     ReplicationIncomplete,
     StoreFull,
 )
@@ -40,6 +41,6 @@ __all__ = [
     "NodeInfo",
     "ObjectAlreadyExists", "ObjectInfo", "ObjectLeased", "ObjectNotFound", "ObjectNotReady",
     "OutcomeUnknown", "ParentConflict", "PermissionDenied", "RadixTreeDisabled",
-    "ReplicationIncomplete", "Result", "Settings", "StoreFull", "Usage", "register_extractor",
-    "rfc_prefix", "shard_of", "tagged_prefix",
+    "RedisUnavailable", "ReplicationIncomplete", "Result", "Settings", "StoreFull", "Usage",
+    "register_extractor", "rfc_prefix", "shard_of", "tagged_prefix",
 ]

@@ -22,12 +22,12 @@ from redis.exceptions import RedisClusterException
 
 from . import __version__
 from .cli_support import (
-    FINDING,
     OK,
     add_json_option,
     at_least,
     fail,
     jsonable,
+    namespace_name,
     open_index,
     print_json,
     redis_url,
@@ -70,7 +70,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     from .config_cli import settings_lines
 
-    index = open_index(args, read_only=True)
+    index = open_index(args, read_only=True, must_exist=True)
     usage = index.usage()
     running = bool(index.client.exists(index.ctx.schema.eviction_lock))
     if args.json:
@@ -141,12 +141,12 @@ def full_hash(index: Index, text: str) -> str:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    index = open_index(args, read_only=True)
+    index = open_index(args, read_only=True, must_exist=True)
     if index.object_info(args.target) is None:  # an object key is taken as it is
         args.target = full_hash(index, args.target)
     views = Views(index)
     now_ms = index.ctx.redis_time_ms()
-    node = index.get_node(args.target) if index.ctx.extractor.is_hash(args.target) else None
+    node = index.get_node(args.target) if index.ctx.names_a_node(args.target) else None
     info = index.object_info(args.target)
     if args.json and (node or info):
         print_json({"node": node, "object": info})
@@ -156,19 +156,17 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print("\n".join(views.object(info, now_ms,
                                      index.settings.put_start_release_timeout_ms)))
     if node is None and info is None:
-        print(f"no node or object {args.target!r} in namespace {index.namespace!r} at "
-              f"{safe_url(url_of(args))}", file=sys.stderr)
-        return FINDING
+        return fail(f"no node or object {args.target!r} in namespace {index.namespace!r} "
+                    f"at {safe_url(url_of(args))}")
     return OK
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
-    index = open_index(args, read_only=True)
+    index = open_index(args, read_only=True, must_exist=True)
     args.prefix_hash = full_hash(index, args.prefix_hash)
     if index.get_node(args.prefix_hash) is None:
-        print(f"no node {args.prefix_hash!r} in namespace {index.namespace!r} at "
-              f"{safe_url(url_of(args))}", file=sys.stderr)
-        return FINDING
+        return fail(f"no node {args.prefix_hash!r} in namespace {index.namespace!r} at "
+                    f"{safe_url(url_of(args))}")
     views = Views(index)
     if not args.json:
         print("\n".join(views.tree(args.prefix_hash, args.depth, args.max_nodes)))
@@ -198,7 +196,7 @@ def find_roots(index: Index, limit: int) -> tuple[list[str], bool]:
 
 
 def cmd_roots(args: argparse.Namespace) -> int:
-    index = open_index(args, read_only=True)
+    index = open_index(args, read_only=True, must_exist=True)
     roots, more = find_roots(index, args.limit)
     if args.json:
         print_json({"roots": roots, "more": more})
@@ -241,7 +239,7 @@ def add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
                         help="redis://[user:password@]host:port/db, rediss://…, unix://…, "
                              "redis+cluster://host:port[,host:port…], or memory:// for the "
                              f"in-process store (default: ${ENV_URL} or {DEFAULT_URL})")
-    parser.add_argument("--namespace", default=default,
+    parser.add_argument("--namespace", type=namespace_name, default=default,
                         help=f"key namespace (default: ${ENV_NAMESPACE} or {DEFAULT_NAMESPACE}; "
                              f"the demo's: {DEMO_NAMESPACE})")
 

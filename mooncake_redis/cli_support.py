@@ -15,8 +15,11 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from .connection import SUPPORTED_SCHEMES, redact
+from .connection import PASSWORD_HINT, SUPPORTED_SCHEMES, password_of, redact
+from .errors import ConfigurationError, MooncakeRedisError
 from .index import Index
+from .keys import KeySchema
+from .namespaces import namespace_exists
 from .settings import DEFAULT_NAMESPACE, DEFAULT_URL, ENV_NAMESPACE, ENV_URL
 from .urls import secrets_of
 
@@ -31,12 +34,24 @@ def namespace_of(args: argparse.Namespace) -> str:
     return args.namespace or os.environ.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE
 
 
+class NamespaceNotFound(MooncakeRedisError):
+    """A command that reads a namespace found nothing of it: no settings, no segments, no
+    shard stats (a mistyped --namespace looks like an empty store otherwise)."""
+
+
 def open_index(args: argparse.Namespace, read_only: bool = False, namespace: str | None = None,
-               **settings: Any) -> Index:
+               must_exist: bool = False, **settings: Any) -> Index:
     """The index of --url/--namespace. read_only=True writes nothing at open (no setting is
-    filled in from the environment); commands that only look must use it."""
-    return Index.from_url(url_of(args), namespace or namespace_of(args), read_only=read_only,
-                          **settings)
+    filled in from the environment); commands that only look must use it. must_exist:
+    raise NamespaceNotFound for a namespace that holds nothing (commands that read one)."""
+    index = Index.from_url(url_of(args), namespace or namespace_of(args), read_only=read_only,
+                           **settings)
+    if must_exist and not namespace_exists(index.ctx):
+        raise NamespaceNotFound(
+            f"namespace {index.namespace!r} does not exist at {redact(url_of(args))}: no "
+            "settings, segments or shard stats (mistyped? `mooncake-redis namespaces` lists "
+            "the namespaces there)")
+    return index
 
 
 def fail(message: str, *urls: str, code: int = FAILURE) -> int:
@@ -73,20 +88,47 @@ def non_negative(text: str) -> float:
 
 
 def redis_url(text: str) -> str:
-    """A URL the client can open (the scheme is checked here, so a mistyped URL is a usage
-    error; whether Redis answers there is found out by the command)."""
+    """A URL the client can open (the scheme and the ports are checked here, so a mistyped
+    URL is a usage error; whether Redis answers there is found out by the command)."""
     if "://" not in text:
         raise argparse.ArgumentTypeError(f"Redis URL {redact(text)!r} must look like "
                                          "redis://host:port/db")
-    if urlsplit(text).scheme not in SUPPORTED_SCHEMES:
+    scheme = urlsplit(text).scheme
+    if scheme not in SUPPORTED_SCHEMES:
         raise argparse.ArgumentTypeError(
             f"unknown URL scheme in {redact(text)!r}; use one of "
             + ", ".join(f"{scheme}://" for scheme in SUPPORTED_SCHEMES))
+    for port in _ports(text) if scheme in ("redis", "rediss", "redis+cluster") else ():
+        if not (port.isdigit() and 0 < int(port) < 65536):
+            hint = f"; {PASSWORD_HINT}" if password_of(text) and not port.isdigit() else ""
+            raise argparse.ArgumentTypeError(
+                f"Redis URL {redact(text)!r}: port {port!r} is not a number from 1 to "
+                f"65535{hint}")
     return text
 
 
-def add_json_option(parser: argparse.ArgumentParser) -> None:
+def _ports(url: str) -> list[str]:
+    """The ports a redis://, rediss:// or redis+cluster:// URL names: its hosts follow the
+    last '@' (a password may hold any character) up to the first '/' or '?'."""
+    hosts = url.split("://", 1)[1].rpartition("@")[2].split("/", 1)[0].split("?", 1)[0]
+    return [host.rpartition(":")[2] for host in hosts.split(",")
+            if ":" in host and not host.endswith("]")]  # [::1] alone: the default port
+
+
+def namespace_name(text: str) -> str:
+    """A namespace the key schema accepts (else a usage error)."""
+    try:
+        KeySchema(text)
+    except ConfigurationError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
+def add_json_option(parser: argparse.ArgumentParser, sub_command: bool = False) -> None:
+    """--json; on a sub-command of a command that has it too, one that leaves the
+    command's own alone (argparse lets a sub-parser's default overwrite it)."""
     parser.add_argument("--json", action="store_true",
+                        default=argparse.SUPPRESS if sub_command else False,
                         help="print one JSON document on stdout instead of text (same exit "
                              "codes; an infinite score is the string \"inf\")")
 

@@ -26,18 +26,28 @@ def read_settings(index: Index, names: list[str] | None = None
     return known, unknown
 
 
+def unreadable_settings(index: Index, names: list[str] | None = None) -> dict[str, str]:
+    """Stored values that cannot be read (as of the last read_settings), by name."""
+    return {name: value for name, value in sorted(index.ctx.unreadable_settings.items())
+            if not names or name in names}
+
+
 def settings_document(index: Index, names: list[str] | None = None) -> dict[str, object]:
-    """The settings for --json: {name: {value, stored}}, and unknown stored names."""
+    """The settings for --json: {name: {value, stored}}, unknown stored names, and stored
+    values that cannot be read (their setting takes the default)."""
     known, unknown = read_settings(index, names)
     return {"settings": {name: {"value": value, "stored": stored}
                          for name, value, stored in known},
-            "unknown_stored_settings": unknown}
+            "unknown_stored_settings": unknown,
+            "unreadable_stored_settings": unreadable_settings(index, names)}
 
 
 def settings_lines(index: Index, names: list[str] | None = None) -> list[str]:
     """The settings as every client of the namespace reads them, marking the ones not
-    stored (their default applies) and stored names this version does not know."""
+    stored (their default applies), stored values that cannot be read, and stored names
+    this version does not know."""
     known, unknown = read_settings(index, names)
+    unreadable = unreadable_settings(index, names)
     lines = [f"settings of namespace {index.namespace!r} ({index.ctx.schema.settings}; "
              "* = not stored, the default applies):"]
     for name, value, stored in known:
@@ -46,6 +56,9 @@ def settings_lines(index: Index, names: list[str] | None = None) -> list[str]:
             shown += f" ({human_bytes(value)})"
         elif name == "capacity_bytes":
             shown += " (unlimited)"
+        if name in unreadable:
+            shown += (f" (UNREADABLE stored value {unreadable[name][:80]!r}: mend it with "
+                      f"`config set {name}=VALUE` or `config reset {name}`)")
         lines.append(f"  {name:<30} {shown}{'' if stored else ' *'}")
     lines += [f"  {name:<30} {value} (not a setting of this version: ignored)"
               for name, value in unknown.items()]
@@ -91,6 +104,21 @@ def cmd_config_set(args: argparse.Namespace) -> int:
     return OK
 
 
+def cmd_config_reset(args: argparse.Namespace) -> int:
+
+    index = open_index(args, read_only=True)
+    index.reset_config(*args.names)
+    print("\n".join(settings_lines(index, list(args.names))))
+    return OK
+
+
+def setting_name(text: str) -> str:
+    if text not in SETTING_NAMES:
+        raise argparse.ArgumentTypeError(f"unknown setting {text!r}; settings: "
+                                         + ", ".join(SETTING_NAMES))
+    return text
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
 
     config = subparsers.add_parser(
@@ -106,3 +134,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "refused on a namespace that holds nodes")
     set_.add_argument("assignments", nargs="+", type=assignment, metavar="NAME=VALUE")
     set_.set_defaults(func=cmd_config_set)
+    reset = actions.add_parser(
+        "reset", help="drop stored settings (NAME ...): every client then reads the default; "
+                      "mends a stored value that cannot be read; the same rules as set")
+    reset.add_argument("names", nargs="+", type=setting_name, metavar="NAME")
+    reset.set_defaults(func=cmd_config_reset)

@@ -3,14 +3,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from .admission import rebalance
 from .context import Context, refuse_stranding
 from .errors import ConfigurationError
 from .rescoring import rescore_leaves
-from .settings import OPTION_NAMES, Settings, coerce
+from .settings import OPTION_NAMES, SETTING_NAMES, Settings, check_settings, coerce
 
 
 def change_settings(ctx: Context, changes: Mapping[str, Any]) -> Settings:
@@ -21,14 +22,46 @@ def change_settings(ctx: Context, changes: Mapping[str, Any]) -> Settings:
             f"{', '.join(options)}: a client option of this process, not a namespace setting; "
             "pass it to Index(...) or Index.from_url(...) instead")
     values = {name: coerce(name, value) for name, value in changes.items()}
+    _refuse(ctx, values)
+    settings = ctx.store_settings(values)
+    _after(ctx, values)
+    return settings
+
+
+def reset_settings(ctx: Context, names: Iterable[str]) -> Settings:
+    """Drop stored settings, so every client reads their defaults (a stored value that
+    cannot be read is mended this way too); the rules of change_settings apply."""
+    defaults = Settings()
+    values = {name: getattr(defaults, coerce_name(name)) for name in names}
+    _refuse(ctx, values)
+    check_settings(replace(ctx.reload_settings(), **values))
+    if values:
+        ctx.client.hdel(ctx.schema.settings, *values)
+    settings = ctx.reload_settings()
+    _after(ctx, values)
+    return settings
+
+
+def coerce_name(name: Any) -> str:
+    if name in OPTION_NAMES:
+        raise ConfigurationError(f"{name}: a client option of this process, not a namespace "
+                                 "setting")
+    if name not in SETTING_NAMES:
+        raise ConfigurationError(f"unknown setting {name!r}; settings: "
+                                 f"{', '.join(SETTING_NAMES)}")
+    return str(name)
+
+
+def _refuse(ctx: Context, values: Mapping[str, Any]) -> None:
     if "capacity_bytes" in values and ctx.reload_settings() and ctx.segments:
         raise ConfigurationError(
             "capacity_bytes: the namespace's capacity is the sum of its mounted segments "
             f"({', '.join(sorted(ctx.segments))}); mount, remount or unmount segments instead")
     refuse_stranding(ctx.client, ctx.schema, ctx.reload_settings(), values)
-    settings = ctx.store_settings(values)
+
+
+def _after(ctx: Context, values: Mapping[str, Any]) -> None:
     if "capacity_bytes" in values:
         rebalance(ctx)
     if "put_start_release_timeout_ms" in values:
         rescore_leaves(ctx)
-    return settings

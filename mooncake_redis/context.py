@@ -28,6 +28,7 @@ from .settings import (
     encode,
     from_environment,
     options_from,
+    read_stored,
     settings_from,
     split_arguments,
 )
@@ -88,6 +89,13 @@ def refuse_stranding(client: Any, schema: KeySchema, current: Settings,
             "Empty it first (remove_all), or use a new namespace")
 
 
+def unreadable_message(key: str, unreadable: Mapping[str, str]) -> str:
+    shown = ", ".join(f"{name}={value[:80]!r}" for name, value in sorted(unreadable.items()))
+    return (f"{key} holds settings that cannot be read: {shown}; using the value read "
+            "before or the default instead. Mend them with `mooncake-redis config set "
+            "NAME=VALUE` or `mooncake-redis config reset NAME`")
+
+
 def decoding(client: Any) -> Any:
     """The client itself if it decodes replies to str, else one on the same connection
     settings that does (replies are text everywhere in this package)."""
@@ -141,7 +149,11 @@ class Context:
             options.wait_timeout_ms))
         self.segments: dict[str, Segment] = parse_registry(segments)
         """The segment registry as last read (with the settings)."""
-        self._apply_settings(settings_from(stored))
+        self.unreadable_settings: dict[str, str] = {}
+        """Stored settings that could not be read when last read (name -> stored value):
+        each takes the value this client read before, or its default (config get and
+        stats show them; `config set` or `config reset` mends them)."""
+        self._apply_settings(self._readable(stored, None))
         self._settings_read_at = time.monotonic()
         self.token = token or secrets.token_urlsafe(8)[:10]
         """This client's writer token: put_start/put_end/put_revoke of the same key by the
@@ -167,9 +179,11 @@ class Context:
         pipe.hgetall(schema.settings)
         pipe.hgetall(schema.segments)
         stored, segments = pipe.execute()
-        current = settings_from(stored)
+        current, unreadable = read_stored(stored)
+        if unreadable and strict:
+            raise ConfigurationError(unreadable_message(schema.settings, unreadable))
         for name, value in given.items():
-            if name in stored and getattr(current, name) != value:
+            if name in stored and name not in unreadable and getattr(current, name) != value:
                 message = (f"{schema.settings} has {name}={getattr(current, name)!r}; ignoring "
                            f"{value!r} from this client (change it with set_config or "
                            "`mooncake-redis config set`)")
@@ -192,6 +206,7 @@ class Context:
 
     def _apply_settings(self, settings: Settings) -> None:
         """Use these settings; while segments are registered the capacity is theirs."""
+        self._stored_settings = settings
         self.stored_capacity_bytes = settings.capacity_bytes
         capacity = segment_capacity(self.segments)
         if capacity is not None:
@@ -216,12 +231,18 @@ class Context:
             if isinstance(reply, Exception):
                 raise reply
         self.segments = parse_registry(segments)
-        try:
-            self._apply_settings(settings_from(stored))
-        except ConfigurationError as error:  # keep working with what we had; say so once
-            log.error("ignoring unreadable settings in %s: %s", self.schema.settings, error)
+        self._apply_settings(self._readable(stored, self._stored_settings))
         self._settings_read_at = time.monotonic()
         return self._settings
+
+    def _readable(self, stored: Mapping[str, str], fallback: Settings | None) -> Settings:
+        """The stored settings, with unreadable values replaced (logged when they change:
+        a worker re-reads every few seconds and must not repeat itself)."""
+        settings, unreadable = read_stored(stored, fallback)
+        if unreadable != self.unreadable_settings and unreadable:
+            log.error("%s", unreadable_message(self.schema.settings, unreadable))
+        self.unreadable_settings = unreadable
+        return settings
 
     def store_settings(self, changes: Mapping[str, Any]) -> Settings:
         new = settings_from(changes, base=self.reload_settings())
@@ -311,6 +332,32 @@ class Context:
                 f"{what} {text!r} is not a prefix hash: under the {self.extractor.name!r} rule "
                 f"a hash is {self.extractor.hash_form}", prefix_hash=text)
         return text
+
+    def names_a_node(self, text: str) -> bool:
+        """Whether a text can name a node under the namespace's rule: a well-formed hash,
+        or any prefix the extractor produces (a non-standard key is its own prefix: RFC,
+        Design 4)."""
+        if self.extractor.is_hash(text):
+            return True
+        try:
+            return self.extractor.prefix(text) == text
+        except Exception:  # noqa: BLE001 - a registered extractor that fails on odd text
+            return False
+
+    def node_hash(self, value: Any, what: str = "prefix hash") -> str:
+        """A node named by a caller's query: a prefix hash, or any prefix the extractor can
+        produce (queries accept every node a put can make; links still need a hash)."""
+        text = check_text(value, what, self._settings.max_key_length)
+        if self.names_a_node(text):
+            return text
+        try:
+            prefix = f"its prefix is {self.extractor.prefix(text)}"
+        except Exception:  # noqa: BLE001 - a registered extractor that fails on odd text
+            prefix = "the extractor gives it no prefix"
+        raise InvalidArgument(
+            f"{what} {text!r} names no node: it is an object key; {prefix} (under the "
+            f"{self.extractor.name!r} rule a hash is {self.extractor.hash_form}, and a key "
+            "without one is its own prefix)", prefix_hash=text)
 
     def shard(self, prefix_hash: str) -> str:
         return shard_of(prefix_hash)

@@ -17,7 +17,7 @@ from .models import Result
 CHUNK = 1024
 """Objects per batch: keeps one script's run (and Redis's pause) short."""
 
-MODES = ("remove", "revoke", "force")
+MODES = ("remove", "revoke", "reclaim", "force")
 
 Target = tuple[str, str, str]
 """An object to delete: (key, prefix hash, suffix)."""

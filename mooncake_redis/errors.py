@@ -111,10 +111,19 @@ class OutcomeUnknown(MooncakeRedisError):
     code = "OUTCOME_UNKNOWN"
 
 
-class ClusterUnavailable(MooncakeRedisError):
-    """Redis did not serve a call within cluster_retries: a single server that is down or
-    unreachable, or on a cluster a failover taking longer or slots without a node. Nothing
-    of the call ran, and the calls after it were not sent."""
+class RedisUnavailable(MooncakeRedisError):
+    """Redis did not serve a call within cluster_retries (no connection could be made, or
+    each was lost): a server that is down, restarting, unreachable, or dropping clients.
+    Nothing of the call ran, and the calls after it were not sent. The message names the
+    server and the last connection error."""
+
+    code = "REDIS_UNAVAILABLE"
+
+
+class ClusterUnavailable(RedisUnavailable):
+    """On a Redis Cluster: a call not served within cluster_retries (a failover taking
+    longer, slots without a node, nodes down). Nothing of the call ran, and the calls
+    after it were not sent."""
 
     code = "CLUSTER_UNAVAILABLE"
 

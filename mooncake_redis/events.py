@@ -19,6 +19,7 @@ CROSSSLOT) and in process, one XRANGE per shard, sent per node, polls.
 
 from __future__ import annotations
 
+import inspect
 import socket
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -190,6 +191,9 @@ class Consumer:
         """The last read looked for news and found none."""
         self._blocks = not isinstance(ctx.client, RedisCluster) and \
             not is_in_process(ctx.client)
+        self._longest_block_ms = longest_block_ms(ctx.client) if self._blocks else None
+        """One XREAD BLOCK waits at most this long: well inside the client's socket
+        timeout, which would otherwise end it as a lost reply (follow mode reads again)."""
 
     # -- reading -------------------------------------------------------------------------
 
@@ -218,6 +222,8 @@ class Consumer:
         """The shards with entries after their position, plus the hot ones."""
         hot, self._hot = self._hot, set()
         wait = self.block_ms if self.follow and not hot else 0
+        if wait and self._longest_block_ms is not None:
+            wait = min(wait, self._longest_block_ms)
         batch = self.ctx.batch()
         if self._blocks:
             streams = list(self._streams.values())
@@ -327,6 +333,24 @@ class Consumer:
     def list_shard(self, shard: str) -> Iterator[ShardObject]:
         """The shard's objects now, to start again from after an EventsLost marker."""
         return list_shard(self.ctx, shard)
+
+
+def longest_block_ms(client: Any) -> int | None:
+    """Half the socket timeout the client's connections read with (None: they wait as
+    long as it takes). redis-py's default changed from none to 5 s (6.0); a URL or the
+    caller may set any."""
+    pool = client.connection_pool
+    timeout = pool.connection_kwargs.get("socket_timeout", _default_socket_timeout(pool))
+    return None if not timeout else max(1, int(timeout * 1000 / 2))
+
+
+def _default_socket_timeout(pool: Any) -> float | None:
+    """The socket_timeout a connection of the pool gets when none is given."""
+    for cls in pool.connection_class.__mro__:
+        parameter = inspect.signature(cls.__init__).parameters.get("socket_timeout")
+        if parameter is not None and parameter.default is not inspect.Parameter.empty:
+            return parameter.default  # type: ignore[no-any-return]
+    return None
 
 
 def _raise(reply: Any) -> Any:

@@ -335,8 +335,11 @@ class Evictor:
                     or not 0 <= target_ratio <= 1:
                 raise InvalidArgument(f"target_ratio must be in [0, 1], got {target_ratio!r}")
             if capacity == 0 and target_ratio > 0:
-                raise InvalidArgument("capacity_bytes is unlimited (0): only target_ratio=0 "
-                                      "(evict everything evictable) has a meaning")
+                raise InvalidArgument(
+                    "capacity_bytes is unlimited (0): a target ratio of it means nothing; "
+                    "set the capacity (set_config(capacity_bytes=...), `mooncake-redis "
+                    "config set capacity_bytes=64GiB`), or use target_ratio=0 to evict "
+                    "everything evictable")
             return int(target_ratio * capacity)
         if capacity == 0:
             return None

@@ -15,14 +15,18 @@ from tqdm import tqdm
 
 from .cli_support import FINDING, OK, at_least, namespace_of, non_negative, open_index, url_of
 from .doctor import examine
-from .eviction import NO_CAPACITY, TARGET_REACHED, EvictionReport, Evictor
+from .eviction import NO_CAPACITY, ROUND_LIMIT, TARGET_REACHED, EvictionReport, Evictor
 from .index import Index
 from .logs import LEVELS, configure_logging
-from .render import human_bytes, plural
+from .render import human_bytes, plural, resolver_summary
 from .settings import ENV_URL
 from .urls import safe_url
 
 log = logging.getLogger(__name__)
+
+UNTIL_DONE = sys.maxsize
+"""evict's default round limit: in the foreground it goes on until the target (a worker's
+job stops at max_rounds_per_job and enqueues a follow-up instead)."""
 
 
 def ratio(text: str) -> float:
@@ -37,7 +41,7 @@ def ratio(text: str) -> float:
 
 def cmd_evict(args: argparse.Namespace) -> int:
 
-    index = open_index(args, read_only=True)  # evicting needs no setting filled in
+    index = open_index(args, read_only=True, must_exist=True)  # needs no setting filled in
     with tqdm(total=None, unit="B", unit_scale=True, desc="evicting", leave=False,
               disable=True if args.quiet else None) as bar:  # None: only on a terminal
         def on_round(report: EvictionReport) -> None:
@@ -45,8 +49,16 @@ def cmd_evict(args: argparse.Namespace) -> int:
             bar.update(report.bytes - bar.n)
             bar.set_postfix(rounds=report.rounds, leaves=report.leaves)
 
-        report = Evictor(index.ctx).run(args.target, max_rounds=args.rounds, on_round=on_round)
+        report = Evictor(index.ctx).run(args.target, max_rounds=args.rounds or UNTIL_DONE,
+                                        on_round=on_round)
     print("\n".join(report_lines(report)))
+    if report.stopped == ROUND_LIMIT:
+        print(f"error: stopped at --rounds {args.rounds} above the target; run evict again "
+              "or raise --rounds (without it evict goes on until the target)", file=sys.stderr)
+    elif report.stopped not in (TARGET_REACHED, NO_CAPACITY):
+        print(f"error: stopped above the target: {report.stopped} (leased, pinned or "
+              "processing objects stay; `mooncake-redis stats` shows the usage)",
+              file=sys.stderr)
     return OK if report.stopped in (TARGET_REACHED, NO_CAPACITY) else FINDING
 
 
@@ -62,9 +74,7 @@ def report_lines(report: EvictionReport) -> list[str]:
         f"bytes evicted:    {report.bytes} ({human_bytes(report.bytes)})",
         f"used:             {human_bytes(report.start_used_bytes)} -> "
         f"{human_bytes(report.used_bytes)} (target {human_bytes(report.target_bytes)})",
-        f"resolver:         {plural(resolver.intents, 'unlink')} finished, pending links "
-        f"{resolver.kept} kept / {resolver.dropped} dropped, "
-        f"{plural(resolver.cycles_broken, 'cycle')} broken",
+        f"resolver:         {resolver_summary(resolver)}",
         f"time:             {report.seconds:.3f} s",
     ]
 
@@ -153,7 +163,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="evict down to this fraction of capacity (0 = everything "
                             "evictable; default: high_watermark - eviction_ratio)")
     evict.add_argument("--rounds", type=at_least(1), default=None,
-                       help="round limit (default: the namespace's max_rounds_per_job)")
+                       help="round limit (default: none, go on until the target is reached "
+                            "or nothing is evictable; a worker's job stops at "
+                            "max_rounds_per_job and enqueues a follow-up)")
     evict.add_argument("--quiet", action="store_true", help="no progress bar")
     evict.set_defaults(func=cmd_evict)
 

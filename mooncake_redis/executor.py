@@ -31,6 +31,7 @@ from .errors import (
     MooncakeRedisError,
     OutcomeUnknown,
     PermissionDenied,
+    RedisUnavailable,
     ReplicationIncomplete,
     ScriptError,
     StoreFull,
@@ -170,7 +171,8 @@ class Batch:
     def execute(self) -> list[Any]:
         """Results in queue order. A call refused by Redis or a script holds the mapped
         exception in its slot (never raised here: callers decide which refusals matter).
-        Raised: OutcomeUnknown, ClusterUnavailable, ReplicationIncomplete."""
+        Raised: OutcomeUnknown, RedisUnavailable (ClusterUnavailable on a cluster),
+        ReplicationIncomplete."""
         queued, self._queued, self._segment = self._queued, [], 0
         preamble, self._preamble = self._preamble, 0
         if not queued:
@@ -191,6 +193,8 @@ class Executor:
         self._scripts = scripts
         self._policy = policy
         self._cluster = isinstance(client, RedisCluster)
+        self._last_failure = ""
+        """The last connection error a pipeline met, for the error that gives up."""
 
     def batch(self) -> Batch:
         return Batch(self)
@@ -222,7 +226,7 @@ class Executor:
             reroute = pause = False
             groups = self._by_node(queued, pending)
             replies = self._send_groups(groups, queued, shortfalls)
-            for group, group_replies in zip(groups.values(), replies):
+            for (_, group), group_replies in zip(groups, replies):
                 for position, reply in zip(group, group_replies):
                     item = queued[position]
                     if reply is LOST and not item.retry_safe:
@@ -254,19 +258,24 @@ class Executor:
             raise OutcomeUnknown(f"connection lost after sending {len(unknown)} call(s) that are "
                                  f"not safe to re-send ({calls}); they may or may not have run")
         if pending:
-            raise ClusterUnavailable(f"{len(pending)} call(s) not served after "
-                                     f"{self._policy.retries} retries (first: "
-                                     f"{describe(queued[pending[0]])})")
+            unavailable = ClusterUnavailable if self._cluster else RedisUnavailable
+            where = "Redis Cluster" if self._cluster else f"Redis at {server_of(self._client)}"
+            raise unavailable(f"{where} did not serve {len(pending)} call(s) after "
+                              f"{self._policy.retries} retries (first: "
+                              f"{describe(queued[pending[0]])}; last error: "
+                              f"{self._last_failure or 'none'})")
         if shortfalls:
             raise shortfalls[0]
 
     def _by_node(self, queued: Sequence[Queued],
-                 positions: list[int]) -> dict[Any, list[int]]:
+                 positions: list[int]) -> list[tuple[Any, list[int]]]:
         """Positions grouped by the node serving them (None: no node serves the slot now),
-        each group in queue order."""
+        each group in queue order. Grouped by node name: redis-py's ClusterNode is
+        hashable only from 7.2."""
         if not self._cluster:
-            return {self._client: list(positions)}
-        groups: dict[Any, list[int]] = defaultdict(list)
+            return [(self._client, list(positions))]
+        groups: dict[str | None, list[int]] = defaultdict(list)
+        nodes: dict[str | None, ClusterNode | None] = {None: None}
         manager = self._client.nodes_manager
         for position in positions:
             key = queued[position].routing_key
@@ -275,15 +284,17 @@ class Executor:
                 node: ClusterNode | None = manager.get_node_from_slot(slot)
             except redis.exceptions.SlotNotCoveredError:
                 node = None
-            groups[node].append(position)
-        return groups
+            name = None if node is None else node.name
+            nodes[name] = node
+            groups[name].append(position)
+        return [(nodes[name], group) for name, group in groups.items()]
 
-    def _send_groups(self, groups: dict[Any, list[int]], queued: Sequence[Queued],
+    def _send_groups(self, groups: list[tuple[Any, list[int]]], queued: Sequence[Queued],
                      shortfalls: list[ReplicationIncomplete]) -> list[list[Any]]:
         """Writes every node's pipeline first, then reads the replies: the nodes work in
         parallel."""
         sessions = []
-        for node, group in groups.items():
+        for node, group in groups:
             client = None if node is None else (node if not self._cluster
                                                  else node.redis_connection)
             commands = [queued[i].args for i in group]
@@ -295,6 +306,8 @@ class Executor:
         replies = []
         for node, client, wait, pipeline in sessions:
             got = pipeline.finish()
+            if pipeline.error is not None:
+                self._last_failure = f"{type(pipeline.error).__name__}: {pipeline.error}"
             if wait:
                 acknowledged = got.pop()
                 if acknowledged is not NOT_SENT and acknowledged is not LOST:
@@ -330,6 +343,8 @@ class Pipeline:
         self.commands = commands
         self.connection: Any = None
         self.failed: Any = None
+        self.error: BaseException | None = None
+        """The connection error that made it fail, if one did."""
 
     @classmethod
     def start(cls, client: Any, commands: list[tuple[Any, ...]]) -> Pipeline:
@@ -342,17 +357,19 @@ class Pipeline:
             pipeline.connection = pool.get_connection()
             if pipeline.connection._sock is None:
                 pipeline.connection.connect()
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) \
+                as error:
             if pipeline.connection is not None:
                 pool.release(pipeline.connection)
                 pipeline.connection = None
-            pipeline.failed = NOT_SENT
+            pipeline.failed, pipeline.error = NOT_SENT, error
             return pipeline
         try:
             connection = pipeline.connection
             connection.send_packed_command(pack(connection, commands))
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
-            pipeline.failed = LOST  # part of it may have reached the server
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) \
+                as error:
+            pipeline.failed, pipeline.error = LOST, error  # part may have reached the server
         return pipeline
 
     def finish(self) -> list[Any]:
@@ -367,7 +384,9 @@ class Pipeline:
                 except (redis.exceptions.ResponseError, redis.exceptions.BusyLoadingError) \
                         as error:
                     replies.append(error)
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) \
+                as error:
+            self.error = error
             replies += [LOST] * (len(self.commands) - len(replies))
             self._release(broken=True)
             return replies
@@ -399,6 +418,14 @@ def observe_scripts(queued: Sequence[Queued], seconds: float) -> None:
     for name in dict.fromkeys(item.name for item in queued if item.args[0] == "EVALSHA"):
         for observer in script_observers:
             observer(name, seconds)
+
+
+def server_of(client: Any) -> str:
+    """host:port (or the socket path) a plain client connects to, for error messages."""
+    kwargs = client.connection_pool.connection_kwargs
+    if kwargs.get("path"):
+        return str(kwargs["path"])
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
 
 
 def name_of(node: Any) -> str:

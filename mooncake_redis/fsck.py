@@ -1,8 +1,12 @@
 """Checks every invariant of a namespace and repairs what can be repaired without losing data.
 
-Without --repair it only reads. With it, the resolver runs first with no grace period
-(every pending link and unfinished unlink is settled), then each problem found is fixed
-by a script that re-reads what it fixes: node counters and leaf index (repair_node), a
+Without --repair it only reads. With it, keys that cannot be what their name says go
+first (a node key or shard key holding another type, a node under another shard's tag:
+no script can use them, and every script of their shard fails on a wrong type), then the
+resolver runs with no grace period (every pending link and unfinished unlink is
+settled), then each problem found is fixed by a script that re-reads what it fixes:
+fields no script writes (an epoch that is no epoch, an object value no version wrote:
+scrub, each only if unchanged), node counters and leaf index (repair_node), a
 shard's stats (recount_shard, only if no write ran in the shard since it was read), a
 parent that does not list its child (link: step 1 again at the child's epoch), links
 that dangle (the resolver's own step), and cycles (broken as the resolver does). So it
@@ -15,10 +19,12 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .context import Context
 from .errors import MooncakeRedisError
 from .executor import score_pairs
+from .keys import SHARD_KEY_NAMES
 from .links import (
     Intent,
     ResolverReport,
@@ -27,13 +33,28 @@ from .links import (
     pending_member,
     resolve,
     resolve_links,
+    stands_for_a_link,
 )
 from .matching import scan_node_keys
+from .prefix import shard_of
 from .rescoring import repair_nodes
-from .values import NodeFields, child_field, decode_object, parent_of, split_node, to_int
+from .values import (
+    NodeFields,
+    child_field,
+    decode_object,
+    is_epoch_text,
+    object_value_damage,
+    parent_of,
+    replicas_as_scripts_count,
+    split_node,
+    to_int,
+)
 
 SHARDS_PER_STEP = 16
 RECOUNT_TRIES = 3
+TYPES_PER_BATCH = 1000
+SHARD_KEY_TYPES = {"leaves": "zset", "soft_leaves": "zset", "stats": "hash", "pending": "zset",
+                   "fences": "zset", "outbox": "zset", "events": "stream"}
 
 
 @dataclass
@@ -69,7 +90,10 @@ class _Shard:
     soft_leaves: dict[str, float]
     pending: set[str]
     fences: int
+    outbox: list[str]
     nodes: dict[str, NodeFields] = field(default_factory=dict)
+    raw: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Each node's fields as stored."""
 
 
 def check(ctx: Context, repair: bool = False, shards: Sequence[str] | None = None,
@@ -78,12 +102,21 @@ def check(ctx: Context, repair: bool = False, shards: Sequence[str] | None = Non
     checked from the nodes of those shards, cycles among them."""
     checker = _Checker(ctx, repair)
     todo = list(shards) if shards is not None else list(ctx.all_shards())
-    if repair:
-        checker.report.resolver = resolve(ctx, grace_ms=0, shards=todo)
+    ctx.reload_settings()
+    for name, value in sorted(ctx.unreadable_settings.items()):
+        # not repaired: the right value is not known here (an extractor may be one other
+        # processes register); `config set` or `config reset` mends it
+        checker.report.add("setting_unreadable",
+                           f"{ctx.schema.settings} {name}={value[:80]!r} cannot be read; "
+                           f"clients use the default: `config set {name}=VALUE` or "
+                           f"`config reset {name}`")
     node_keys: dict[str, list[str]] = defaultdict(list)
     for page in scan_node_keys(ctx):
         for key in page:
             node_keys[key.split("{", 1)[1][:2]].append(key)
+    checker.drop_unusable_keys(todo, node_keys, every_shard=shards is None)
+    if repair:
+        checker.report.resolver = resolve(ctx, grace_ms=0, shards=todo)
     parents: dict[str, str | None] = {}
     for start in range(0, len(todo), SHARDS_PER_STEP):
         names = todo[start:start + SHARDS_PER_STEP]
@@ -106,9 +139,66 @@ class _Checker:
         self.report = FsckReport()
         self.now = ctx.redis_time_ms()
 
+    def drop_unusable_keys(self, todo: Sequence[str], node_keys: dict[str, list[str]],
+                           every_shard: bool) -> None:
+        """Node keys under another shard's tag (unreachable: a client looks for the node in
+        its own shard) and node or shard keys of another type than the schema's are
+        reported, and with repair deleted; either way they are left out of what follows."""
+        wanted = set(todo)
+        for tag in sorted(set(node_keys) - set(self.ctx.all_shards()) if every_shard else ()):
+            wanted.add(tag)  # a tag no shard has: its keys are all misplaced
+        expected: dict[str, str] = {}
+        for tag in sorted(wanted & set(node_keys)):
+            kept = []
+            for key in node_keys[tag]:
+                prefix_hash = self.ctx.schema.hash_of_node_key(key)
+                if shard_of(prefix_hash) != tag:
+                    self.report.add("node_misplaced",
+                                    f"{key}: node {prefix_hash} belongs in shard "
+                                    f"{shard_of(prefix_hash)}; no client can reach it here")
+                    self._delete(key)
+                else:
+                    kept.append(key)
+                    expected[key] = "hash"
+            node_keys[tag] = kept
+        for shard in todo:
+            keys = self.ctx.schema.shard_keys(shard)
+            for name in SHARD_KEY_NAMES:
+                expected[getattr(keys, name)] = SHARD_KEY_TYPES[name]
+        wrong: set[str] = set()
+        names = list(expected)
+        for start in range(0, len(names), TYPES_PER_BATCH):
+            batch = self.ctx.batch()
+            page = names[start:start + TYPES_PER_BATCH]
+            for key in page:
+                batch.command("TYPE", key)
+            for key, kind in zip(page, batch.execute()):
+                if isinstance(kind, Exception):
+                    raise kind
+                if kind not in ("none", expected[key]):
+                    self.report.add("key_type", f"{key} is a {kind}, not a {expected[key]}: "
+                                                "every script of its shard fails on it")
+                    self._delete(key)
+                    wrong.add(key)
+        for tag, tag_keys in node_keys.items():
+            node_keys[tag] = [key for key in tag_keys if key not in wrong]
+
+    def _delete(self, key: str) -> None:
+        if self.repair:
+            self._write("DEL", key)
+            self.report.repaired["key"] += 1
+
+    def _write(self, *command: object) -> None:
+        batch = self.ctx.batch()
+        batch.command(*command)
+        (reply,) = batch.execute()
+        if isinstance(reply, Exception):
+            raise reply
+
     def read_shards(self, names: Sequence[str], node_keys: dict[str, list[str]]
                     ) -> list[_Shard]:
-        """A group of shards, indexes and nodes, in one round trip."""
+        """A group of shards, indexes and nodes, in one round trip (a shard key of another
+        type, reported already, reads as empty)."""
         batch = self.ctx.batch()
         for name in names:
             keys = self.ctx.schema.shard_keys(name)
@@ -117,18 +207,23 @@ class _Checker:
             batch.command("ZRANGE", keys.soft_leaves, 0, -1, "WITHSCORES")
             batch.command("ZRANGE", keys.pending, 0, -1)
             batch.command("ZCARD", keys.fences)
+            batch.command("ZRANGE", keys.outbox, 0, -1)
             for key in node_keys.get(name, []):
                 batch.command("HGETALL", key)
         replies = iter(batch.execute())
         shards = []
         for name in names:
-            stats, leaves, soft, pending, fences = (next(replies) for _ in range(5))
+            empties: tuple[Any, ...] = ({}, [], [], [], 0, [])
+            stats, leaves, soft, pending, fences, outbox = (
+                _or_empty(next(replies), empty) for empty in empties)
             shard = _Shard(name, stats, dict(score_pairs(leaves)),
-                           dict(score_pairs(soft)), set(pending), int(fences))
+                           dict(score_pairs(soft)), set(pending), int(fences), outbox)
             for key in node_keys.get(name, []):
-                fields = next(replies)
+                fields = _or_empty(next(replies), {})
                 if fields:
-                    shard.nodes[self.ctx.schema.hash_of_node_key(key)] = split_node(fields)
+                    prefix_hash = self.ctx.schema.hash_of_node_key(key)
+                    shard.nodes[prefix_hash] = split_node(fields)
+                    shard.raw[prefix_hash] = fields
             shards.append(shard)
         return shards
 
@@ -143,14 +238,20 @@ class _Checker:
             if self._check_node(shard, prefix_hash, node):
                 broken.append(prefix_hash)
             for value in node.objects.values():
-                stored = decode_object(value)
-                if stored is not None:
-                    used += stored.charged
+                readable = replicas_as_scripts_count(value)
+                if readable is not None:
+                    size, segments = readable
+                    used += size * max(1, len(segments))
                     objects += 1
-                    for replica in stored.replicas:
-                        on_segments[replica.segment] = \
-                            on_segments.get(replica.segment, 0) + replica.size
+                    for segment in segments:
+                        on_segments[segment] = on_segments.get(segment, 0) + size
         report.objects += objects
+        for index, members in (("pending", sorted(shard.pending)), ("outbox", shard.outbox)):
+            for member in members:
+                if not stands_for_a_link(self.ctx, member, shard.name):
+                    report.add("link_entry", f"shard {shard.name} {index} entry "
+                                             f"{member[:80]!r} can stand for no link (the "
+                                             "resolver drops it)")
         stale_leaves = (set(shard.leaves) | set(shard.soft_leaves)) - set(shard.nodes)
         for gone in sorted(stale_leaves):
             report.add("leaf_index_stale", f"{gone} indexed as a leaf, no such node")
@@ -177,14 +278,17 @@ class _Checker:
     def _check_node(self, shard: _Shard, prefix_hash: str, node: NodeFields) -> bool:
         """A node's own invariants; True if any is broken."""
         report, before = self.report, len(self.report.problems)
+        self._scrub(shard, prefix_hash, node)
         release = self.ctx.settings.put_start_release_timeout_ms
         expected = Counter[str]()
         latest_lease = 0
         processing_starts = []
         for suffix, value in node.objects.items():
             stored = decode_object(value)
-            if stored is None:
-                report.add("object_format", f"{prefix_hash}{suffix}: unreadable value {value!r}")
+            if stored is None or object_value_damage(value) == "damaged":
+                if stored is None and object_value_damage(value) == "newer":
+                    report.add("object_format", f"{prefix_hash}{suffix}: value {value!r} "
+                                                "of a newer format: left alone")
                 continue
             expected["no"] += 1
             expected["b"] += stored.charged
@@ -219,6 +323,48 @@ class _Checker:
             report.add("leaf_index", f"{prefix_hash}: (leaves, soft_leaves) {have} != {want}")
         return len(report.problems) > before
 
+    def _scrub(self, shard: _Shard, prefix_hash: str, node: NodeFields) -> None:
+        """Fields of the node that no script writes: reported; with repair dropped (each
+        only if unchanged) and taken out of this view of the node, so the checks after
+        this see it as it now is (counters off, a link to mend)."""
+        raw = shard.raw[prefix_hash]
+        bad: dict[str, str] = {}
+        if "pe" in raw and not is_epoch_text(raw["pe"]):
+            bad["pe"] = raw["pe"]
+        for child in node.children:
+            name = child_field(child)
+            if not is_epoch_text(raw[name]):
+                bad[name] = raw[name]
+        for kind, detail in (("epoch_format", f"{prefix_hash} {name}={value[:40]!r} is no "
+                                              "link epoch") for name, value in bad.items()):
+            self.report.add(kind, detail)
+        for suffix, value in node.objects.items():
+            if object_value_damage(value) == "damaged":
+                self.report.add("object_value", f"{prefix_hash}{suffix}: value "
+                                                f"{value[:60]!r} no version writes")
+                bad["o:" + suffix] = value
+        if not bad or not self.repair:
+            return
+        self._drop_fields(prefix_hash, bad)
+        for name in bad:
+            node.attributes.pop(name, None)
+            node.objects.pop(name[2:], None) if name.startswith("o:") else None
+        for child in [c for c in node.children if child_field(c) in bad]:
+            del node.children[child]
+
+    def _drop_fields(self, prefix_hash: str, fields: dict[str, str]) -> None:
+        """Drop the node's fields that still hold these values (lua/scrub.lua)."""
+        call = self.ctx.shard_call("scrub", shard_of(prefix_hash), prefix_hash)
+        call.node(prefix_hash)
+        for name, value in fields.items():
+            call.args += [name, value]
+        batch = self.ctx.batch()
+        call.queue(batch)
+        (reply,) = batch.execute()
+        if isinstance(reply, Exception):
+            raise reply
+        self.report.repaired["field"] += int(reply)
+
     def check_links(self, group: list[_Shard]) -> None:
         """Invariant S (a node's parent exists and lists it), its converse (a listed child
         exists and names the node), and that a link's two epochs agree (else a later
@@ -232,7 +378,7 @@ class _Checker:
             batch.command("HGET", self.ctx.schema.node(parent), child_field(child))
         for child, _, _ in down:
             batch.command("HMGET", self.ctx.schema.node(child), "p", "pe")
-        replies = batch.execute()
+        replies = [_or_empty(reply, None) for reply in batch.execute()]
         relink: list[tuple[str, str, int]] = []
         settle: list[Intent] = []
         for (child, parent), listed in zip(up, replies[:len(up)]):
@@ -240,7 +386,12 @@ class _Checker:
                 self.report.add("parent_does_not_list_child",
                                 f"{child} names parent {parent}, which does not list it")
                 relink.append((child, parent, nodes[child].counter("pe")))
-        for (child, parent, epoch), (named_field, child_epoch) in zip(down, replies[len(up):]):
+        for (child, parent, epoch), reply in zip(down, replies[len(up):]):
+            named_field, child_epoch = reply or (None, None)
+            if self.repair and child_epoch is not None and not is_epoch_text(child_epoch):
+                # a child of a later group: its pe goes now, so the keep below can set it
+                self._drop_fields(child, {"pe": child_epoch})
+                child_epoch = None
             named = parent_of(named_field)
             covered = pending_member(parent, child, epoch) in pending
             if named != parent:
@@ -328,3 +479,8 @@ class _Checker:
         if settle:
             resolve_links(self.ctx, settle, self.report.resolver)
             self.report.repaired["dangling_link"] += len(settle)
+
+
+def _or_empty(reply: Any, empty: Any) -> Any:
+    """A reply, or `empty` for a refused read (a key of another type: reported already)."""
+    return empty if isinstance(reply, Exception) else reply

@@ -92,6 +92,13 @@ class Index:
 
         return change_settings(self.ctx, changes)
 
+    def reset_config(self, *names: str) -> Settings:
+        """Drop stored settings: every client of the namespace then reads their defaults
+        (and mends a stored value that cannot be read). The rules of set_config apply."""
+        from .configuration import reset_settings
+
+        return reset_settings(self.ctx, names)
+
     def close(self) -> None:
         """Send the cleanups this client still owes (confirmed links); optional: the
         resolver does them otherwise."""
@@ -374,7 +381,7 @@ class Index:
         return targets  # type: ignore[return-value]
 
     def _hash(self, prefix_hash: Any) -> str:
-        return self.ctx.prefix_hash(prefix_hash)
+        return self.ctx.node_hash(prefix_hash)
 
     def _require_tree(self) -> None:
         if not self.settings.enable_radix_tree:

@@ -9,6 +9,7 @@ step here is one script call per shard for all the links of that shard.
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,16 @@ NewLeaf = tuple[str, float, int, bool]
 
 RESOLVER_PAGE = 64
 """Pending links or unlink intents read per shard per resolver pass."""
+
+RESOLVER_TIME_LIMIT_S = 10.0
+"""A resolver run starts no new pass after this long (the rest waits for the next run: an
+eviction job, Index.resolve, fsck --repair), so no planted or piled-up entry can hold an
+eviction job for long. A constant, not a setting: the budget of entries is the knob that
+callers pass."""
+
+MAX_EPOCH_DIGITS = 16
+"""An epoch is Redis time in ms (13 digits today); more digits than this cannot be one
+(Lua would read a 400-digit epoch as inf)."""
 
 
 def pending_member(parent: str, child: str, epoch: int | str) -> str:
@@ -169,9 +180,15 @@ class ResolverReport:
     cycles_broken: int = 0
     fences_dropped: int = 0
     """Fences past the link epoch horizon, dropped."""
+    malformed: int = 0
+    """Pending or outbox entries that cannot stand for a link where they were read (not
+    "<hash>|<hash>|<epoch>", or in another shard's set than their owner's): dropped."""
+    unfinished: bool = False
+    """The run stopped at its budget or time limit with entries left for the next run."""
 
     def __bool__(self) -> bool:
-        return bool(self.intents or self.kept or self.dropped or self.cycles_broken)
+        return bool(self.intents or self.kept or self.dropped or self.cycles_broken
+                    or self.malformed)
 
 
 def settle_links_now(ctx: Context, links: Iterable[tuple[Link, int]]) -> ResolverReport:
@@ -244,28 +261,37 @@ def break_cycles(ctx: Context, links: Mapping[str, tuple[str, str]],
 
 
 def resolve(ctx: Context, grace_ms: int | None = None, budget: int = 100_000,
-            shards: Sequence[str] | None = None) -> ResolverReport:
+            shards: Sequence[str] | None = None,
+            time_limit_s: float = RESOLVER_TIME_LIMIT_S) -> ResolverReport:
     """The resolver: finish unlink intents and settle pending links older than the grace
-    period, pass after pass, until none is left (bounded by `budget` entries). Runs inside
-    every eviction job and in `fsck --repair` (grace 0: at quiescence nothing dangles).
-    `shards` limits where it looks (default: all)."""
+    period, pass after pass, until none is left, bounded by `budget` entries and by
+    `time_limit_s` (no pass starts after it; report.unfinished says work is left). Runs
+    inside every eviction job and in `fsck --repair` (grace 0: at quiescence nothing
+    dangles). `shards` limits where it looks (default: all)."""
     grace = ctx.settings.resolver_grace_ms if grace_ms is None else grace_ms
+    deadline = time.monotonic() + time_limit_s
     report = ResolverReport()
     where = ctx.all_shards() if shards is None else tuple(shards)
     report.fences_dropped = trim_fences(ctx, where)
-    while budget > 0:
+    while True:
         cutoff = ctx.redis_time_ms() - grace
+        malformed = report.malformed
         intents = [(parent, child, epoch) for child, parent, epoch
-                   in _old_entries(ctx, "outbox", cutoff, where)]
+                   in _old_entries(ctx, "outbox", cutoff, where, report)]
         cascade(ctx, intents)
         report.intents += len(intents)
-        pending = _old_entries(ctx, "pending", cutoff, where)
+        pending = _old_entries(ctx, "pending", cutoff, where, report)
         resolve_links(ctx, pending, report)
         ctx.flush()
-        budget -= len(intents) + len(pending)
-        if not intents and not pending:
-            break
-    return report
+        budget -= len(intents) + len(pending) + report.malformed - malformed
+        if not intents and not pending and report.malformed == malformed:
+            return report
+        if budget <= 0 or time.monotonic() >= deadline:
+            report.unfinished = True
+            log.warning("the resolver stopped at its %s with entries left in namespace %s; "
+                        "the next run goes on", "budget" if budget <= 0 else "time limit",
+                        ctx.schema.namespace)
+            return report
 
 
 def trim_fences(ctx: Context, shards: Sequence[str]) -> int:
@@ -287,23 +313,39 @@ def trim_fences(ctx: Context, shards: Sequence[str]) -> int:
     return sum(int(reply) for _, reply in trims.replies(results))
 
 
-def _old_entries(ctx: Context, index: str, cutoff: int, shards: Sequence[str]
-                 ) -> list[Intent]:
+def _old_entries(ctx: Context, index: str, cutoff: int, shards: Sequence[str],
+                 report: ResolverReport) -> list[Intent]:
     """Entries of the shards' pending or outbox sets older than cutoff. A member that is
-    not "<hash>|<hash>|<epoch>" cannot stand for a link: it is dropped (logged)."""
+    not "<hash>|<hash>|<epoch>", or sits in another shard's set than its first hash's (the
+    parent of a pending link, the child of an unlink intent: where every step looks for
+    it and clears it), cannot stand for a link: it is dropped from the key it was read
+    from, counted and logged."""
     batch = ctx.batch()
     keys = [getattr(ctx.schema.shard_keys(shard), index) for shard in shards]
     for key in keys:
         batch.command("ZRANGEBYSCORE", key, "-inf", cutoff, "LIMIT", 0, RESOLVER_PAGE)
     entries: list[Intent] = []
-    for key, page in zip(keys, batch.execute()):
-        for member in page:
-            parts = member.split("|")
-            if len(parts) == 3 and all(parts) and parts[2].isdigit() \
-                    and all(ctx.extractor.is_hash(h) or ctx.extractor.prefix(h) == h
-                            for h in parts[:2]):
-                entries.append((parts[0], parts[1], parts[2]))
-            else:
-                log.warning("dropping malformed %s entry %r of %s", index, member, key)
-                ctx.defer("ZREM", key, member)
+    for shard, key, page in zip(shards, keys, batch.execute()):
+        if isinstance(page, Exception):  # a key of another type: fsck --repair drops it
+            log.warning("cannot read %s (%s); skipping that shard", key, page)
+            continue
+        dropped = [member for member in page if not stands_for_a_link(ctx, member, shard)]
+        entries += [(parts[0], parts[1], parts[2]) for parts in
+                    (member.split("|") for member in page if member not in dropped)]
+        if dropped:
+            report.malformed += len(dropped)
+            log.warning("dropping %d malformed or misplaced %s entries of %s (first: %r)",
+                        len(dropped), index, key, dropped[0][:200])
+            ctx.defer("ZREM", key, *dropped)
     return entries
+
+
+def stands_for_a_link(ctx: Context, member: str, shard: str) -> bool:
+    """Whether a pending or outbox member of the shard can be a link's entry: three parts,
+    an epoch a script could write, its first hash (the owner) of this shard."""
+    parts = member.split("|")
+    return (len(parts) == 3 and all(parts) and parts[2].isascii() and parts[2].isdigit()
+            and len(parts[2]) <= MAX_EPOCH_DIGITS
+            and all(ctx.extractor.is_hash(h) or ctx.extractor.prefix(h) == h
+                    for h in parts[:2])
+            and ctx.shard(parts[0]) == shard)

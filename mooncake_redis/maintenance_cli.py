@@ -22,7 +22,7 @@ from .cli_support import (
 from .doctor import examine
 from .fsck import FsckReport, check
 from .prefix import SHARD_COUNT
-from .render import plural
+from .render import plural, resolver_summary
 from .urls import safe_url
 
 
@@ -31,7 +31,7 @@ def cmd_fsck(args: argparse.Namespace) -> int:
     if args.json and args.repair:
         return fail("--json is for the read-only check: run fsck --repair without it",
                     code=USAGE)
-    index = open_index(args, read_only=not args.repair)
+    index = open_index(args, read_only=not args.repair, must_exist=True)
     shards = args.shard or None
     with tqdm(total=len(shards) if shards else SHARD_COUNT, unit="shard", desc="fsck",
               leave=False, disable=True if args.quiet else None) as bar:  # only on a TTY
@@ -71,9 +71,7 @@ def report_lines(report: FsckReport, show: int) -> list[str]:
     lines += [f"  repaired {kind}: {count}" for kind, count in sorted(report.repaired.items())]
     resolver = report.resolver
     if resolver:
-        lines.append(f"  resolver: {plural(resolver.intents, 'unlink')} finished, pending "
-                     f"links {resolver.kept} kept / {resolver.dropped} dropped, "
-                     f"{plural(resolver.cycles_broken, 'cycle')} broken")
+        lines.append(f"  resolver: {resolver_summary(resolver)}")
     return lines
 
 

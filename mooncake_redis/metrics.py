@@ -21,6 +21,7 @@ from .admission import read_shards, segment_usage
 from .context import Context
 from .errors import MooncakeRedisError
 from .eviction import EvictionReport, job_observers
+from .namespaces import namespace_exists
 from .observers import hicache_observers, refusal_observers, script_observers
 
 log = logging.getLogger(__name__)
@@ -46,18 +47,49 @@ def count_leaves(ctx: Context) -> tuple[int, int]:
     return sum(sizes[0::2]), sum(sizes[1::2])
 
 
+class Opener:
+    """A namespace's Context, opened at its first scrape that reaches Redis: an exporter
+    started while Redis is down serves `mooncake_redis_up 0` until Redis answers."""
+
+    def __init__(self, namespace: str, open_context: Callable[[], Context]):
+        self.namespace = namespace
+        self._open = open_context
+        self._ctx: Context | None = None
+
+    def get(self) -> Context:
+        if self._ctx is None:
+            self._ctx = self._open()
+        return self._ctx
+
+
+Source = Context | Opener
+"""What an exporter reads: an open Context, or an Opener that opens one when it can."""
+
+
+def namespace_of_source(source: Source) -> str:
+    return source.namespace if isinstance(source, Opener) else source.schema.namespace
+
+
+def context_of(source: Source) -> Context:
+    return source.get() if isinstance(source, Opener) else source
+
+
 class NamespaceCollector(Collector):
     """Gauges read at scrape time, so any number of exporters agree. A namespace whose Redis
-    does not answer is reported with mooncake_redis_up 0.
+    does not answer, or that holds nothing (no settings, segments or shard stats: a
+    mistyped name looks like an empty store otherwise), is reported with
+    mooncake_redis_up 0.
 
     The one thing kept between scrapes is when this exporter first saw a namespace above its
     high watermark (mooncake_redis_eviction_lag_seconds): Redis records no such time, so
     two exporters started apart may differ, and a restarted one counts again from 0."""
 
-    def __init__(self, contexts: list[Context], clock: Callable[[], float] = time.monotonic):
-        self.contexts = contexts
+    def __init__(self, sources: list[Source], clock: Callable[[], float] = time.monotonic):
+        self.sources = sources
         self.clock = clock
         self._above_since: dict[str, float] = {}
+        self.last_up: dict[str, bool] = {}
+        """Per namespace: whether the last scrape found it up."""
 
     def eviction_lag(self, namespace: str, above: bool) -> float:
         """Seconds since the first scrape that saw the namespace above its high watermark,
@@ -71,7 +103,7 @@ class NamespaceCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         labels = ["namespace"]
         up = GaugeMetricFamily("mooncake_redis_up", "1 if the namespace's Redis answered "
-                               "this scrape", labels=labels)
+                               "this scrape and the namespace exists", labels=labels)
         used = GaugeMetricFamily("mooncake_redis_used_bytes", "bytes of stored and "
                                  "processing objects (the sum of the shards' counters)",
                                  labels=labels)
@@ -102,18 +134,26 @@ class NamespaceCollector(Collector):
         segment_capacity = GaugeMetricFamily("mooncake_redis_segment_capacity_bytes",
                                              "each registered segment's capacity (0 while "
                                              "it is being unmounted)", labels=segment_labels)
-        for ctx in self.contexts:
-            namespace = ctx.schema.namespace
+        for source in self.sources:
+            namespace = namespace_of_source(source)
             try:
+                ctx = context_of(source)
+                exists = namespace_exists(ctx)
                 shards = read_shards(ctx)
                 plain, soft = count_leaves(ctx)
                 settings = ctx.reload_settings()  # the capacity the segments make now
                 segments = segment_usage(ctx, ctx.segments)
             except (redis.RedisError, RedisClusterException, MooncakeRedisError) as error:
                 log.warning("metrics: namespace %s unavailable: %s", namespace, error)
-                up.add_metric([namespace], 0)
+                exists = False
+            else:
+                if not exists:
+                    log.warning("metrics: namespace %s does not exist (no settings, segments "
+                                "or shard stats): up 0", namespace)
+            self.last_up[namespace] = exists
+            up.add_metric([namespace], int(exists))
+            if not exists:
                 continue
-            up.add_metric([namespace], 1)
             used_bytes = sum(shard.used_bytes for shard in shards)
             used.add_metric([namespace], used_bytes)
             capacity.add_metric([namespace], settings.capacity_bytes)
@@ -138,9 +178,10 @@ class NamespaceCollector(Collector):
 class Exporter:
     """One registry: the namespaces' gauges, and counters of what this process did."""
 
-    def __init__(self, contexts: list[Context], clock: Callable[[], float] = time.monotonic):
+    def __init__(self, sources: list[Source], clock: Callable[[], float] = time.monotonic):
         self.registry = CollectorRegistry()
-        self.registry.register(NamespaceCollector(contexts, clock))
+        self.collector = NamespaceCollector(sources, clock)
+        self.registry.register(self.collector)
         ns = ["namespace"]
         self.jobs = Counter("mooncake_redis_eviction_jobs", "eviction jobs this process ran, "
                             "by how they stopped", ["namespace", "stopped"],

@@ -4,12 +4,14 @@ exporter the worker and monitor start with --metrics-port)."""
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
 import signal
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .cli_support import OK, at_least, namespace_of, open_index
-from .context import Context
+from .cli_support import OK, at_least, fail, namespace_name, namespace_of, open_index, url_of
+from .connection import redact
 from .errors import ConfigurationError
 from .logs import configure_logging
 
@@ -19,23 +21,34 @@ if TYPE_CHECKING:
 DEFAULT_PORT = 9810
 
 
-def exporter_for(contexts: list[Context]) -> Exporter:
-    """An exporter, or a ConfigurationError that says which extra to install."""
+def metrics_module() -> Any:
+    """mooncake_redis.metrics, or a ConfigurationError that says which extra to install."""
     try:
-        from .metrics import Exporter
+        return importlib.import_module("mooncake_redis.metrics")
     except ImportError as error:
         raise ConfigurationError(f"metrics need prometheus-client ({error}): pip install "
                                  "'mooncake-redis[metrics]'") from None
-    return Exporter(contexts)
+
+
+def exporter_for(sources: list[Any]) -> Exporter:
+    return metrics_module().Exporter(sources)  # type: ignore[no-any-return]
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
 
+    opener = metrics_module().Opener
     names = args.namespaces or [namespace_of(args)]
-    exporter = exporter_for([open_index(args, read_only=True, namespace=name).ctx
-                             for name in names])
+    # opened at the first scrape that reaches Redis: an exporter started while Redis is
+    # down serves mooncake_redis_up 0 instead of exiting
+    exporter = exporter_for([opener(name, functools.partial(
+        lambda name: open_index(args, read_only=True, namespace=name).ctx, name))
+        for name in names])
     if args.once:
         print(exporter.text(), end="")
+        down = [name for name, up in exporter.collector.last_up.items() if not up]
+        if down:
+            return fail(f"namespace {', '.join(map(repr, down))} down or does not exist at "
+                        f"{redact(url_of(args))} (mooncake_redis_up 0)", url_of(args))
         return OK
     configure_logging(args.log_level)
     stop = threading.Event()
@@ -52,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     metrics = subparsers.add_parser(
         "metrics", help="serve Prometheus metrics of namespaces (used and capacity bytes, "
                         "objects, nodes, leaves; read from Redis at each scrape); reads only")
-    metrics.add_argument("namespaces", nargs="*", metavar="NAMESPACE",
+    metrics.add_argument("namespaces", nargs="*", metavar="NAMESPACE", type=namespace_name,
                          help="namespaces to export (default: --namespace)")
     metrics.add_argument("--port", type=at_least(1), default=DEFAULT_PORT,
                          help=f"default: {DEFAULT_PORT}")

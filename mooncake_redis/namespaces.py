@@ -33,6 +33,18 @@ def find_namespaces(client: Any) -> list[str]:
     return sorted(found)
 
 
+def namespace_exists(ctx: Context) -> bool:
+    """Whether the namespace holds anything: stored settings, a segment registry, or any
+    shard's stats (written by its first write). One round trip (per node on a cluster)."""
+    batch = ctx.batch()
+    keys = [ctx.schema.settings, ctx.schema.segments,
+            *(ctx.schema.shard_keys(shard).stats for shard in ctx.all_shards())]
+    for key in keys:
+        batch.command("EXISTS", key)
+    return any(reply is True or (isinstance(reply, int) and reply > 0)
+               for reply in batch.execute())
+
+
 def namespace_usages(client: Any) -> list[NamespaceUsage]:
     """Every namespace found, with its usage (one round trip per namespace, per node on a
     cluster); opened read-only, so nothing is written."""

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .index import Index
+from .links import ResolverReport
 from .models import NodeInfo, ObjectInfo
 from .prefix import shard_of
 from .urls import RedisCli
@@ -33,6 +34,20 @@ def plural(count: int, singular: str, plural_form: str | None = None) -> str:
     """'1 child', '2 children', '0 keys'."""
     word = singular if count == 1 else (plural_form or singular + "s")
     return f"{count} {word}"
+
+
+def resolver_summary(resolver: ResolverReport) -> str:
+    """One line of what a resolver run settled (eviction and fsck print it)."""
+    line = (f"{plural(resolver.intents, 'unlink')} finished, pending links {resolver.kept} "
+            f"kept / {resolver.dropped} dropped, {plural(resolver.cycles_broken, 'cycle')} "
+            "broken")
+    if resolver.malformed:
+        entries = plural(resolver.malformed, "malformed or misplaced entry",
+                         "malformed or misplaced entries")
+        line += f", {entries} dropped"
+    if resolver.unfinished:
+        line += " (stopped at its limit: the next run goes on)"
+    return line
 
 
 def human_bytes(size: float) -> str:

@@ -21,7 +21,7 @@ T = TypeVar("T")
 LIBRARY = "_lib"
 SHARD_SCRIPTS = (
     "link", "put_start", "register", "put_end", "grant_lease", "delete", "evict", "unlink",
-    "resolve", "repair_node", "recount_shard", "trim_fences", "invalidate",
+    "resolve", "repair_node", "recount_shard", "trim_fences", "invalidate", "scrub",
 )
 OTHER_SCRIPTS = ("lock_token", "segment", "segment_flag", "read_events")
 SCRIPT_NAMES = SHARD_SCRIPTS + OTHER_SCRIPTS

@@ -38,7 +38,7 @@ from .errors import (
 from .links import Intent, cascade, triples
 from .matching import SCAN_COUNT, primaries
 from .segment_registry import DONE, Segment, check_name
-from .validation import check_size
+from .validation import check_count, check_size
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,8 @@ def unmount(ctx: Context, name: str, max_nodes: int | None = None,
     """Unmount a segment: from now on no replica can be put on it; sweep the namespace
     (resuming an earlier call's sweep) until done or max_nodes nodes were swept."""
     name = check_name(name)
+    if max_nodes is not None:
+        check_count(max_nodes, "max_nodes", minimum=1)
     reply = _registry(ctx, "unmount", name)
     if reply == "ABSENT":
         raise SegmentNotMounted(f"segment {name} is not registered")

@@ -26,7 +26,7 @@ def capacity(text: str) -> int:
 
 def cmd_segments(args: argparse.Namespace) -> int:
     action = args.action or "list"
-    index = open_index(args, read_only=action == "list")
+    index = open_index(args, read_only=action == "list", must_exist=action == "list")
     if action == "mount":
         index.mount_segment(args.name, args.capacity)
     elif action == "remount":
@@ -66,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_json_option(segments)
     actions = segments.add_subparsers(dest="action", metavar="ACTION")
     add_json_option(actions.add_parser("list", help="each segment's state, used and "
-                                                    "capacity bytes"))
+                                                    "capacity bytes"), sub_command=True)
     for name, text in (("mount", "register a segment with its capacity"),
                        ("remount", "mount again, or change a mounted segment's capacity")):
         action = actions.add_parser(name, help=text)
@@ -78,6 +78,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     drop.add_argument("name")
     drop.add_argument("--max-nodes", type=at_least(1), default=None,
                       help="stop after sweeping this many nodes (run again to resume)")
-    add_json_option(drop)
+    add_json_option(drop, sub_command=True)
     segments.set_defaults(func=cmd_segments)
 

@@ -271,6 +271,39 @@ def check_settings(settings: Settings) -> Settings:
     return settings
 
 
+def read_stored(values: Mapping[str, str], fallback: Settings | None = None
+                ) -> tuple[Settings, dict[str, str]]:
+    """The settings a namespace's stored values give, and the stored values that cannot
+    be read (a wrong type, out of range, an extractor this process does not know, or a
+    pair that breaks a cross-setting rule): each of those takes its value in `fallback`
+    (what this client read before; default: the defaults), so one bad value shuts nobody
+    out. Unknown stored names are kept out (a newer version may have written them)."""
+    known: dict[str, Any] = {}
+    unreadable: dict[str, str] = {}
+    for name, value in values.items():
+        if name not in SETTING_NAMES:
+            continue
+        try:
+            known[name] = coerce(name, value)
+        except ConfigurationError:
+            unreadable[name] = value
+    try:
+        return _with_fallback(known, unreadable, fallback), unreadable
+    except ConfigurationError:  # the watermark pair: both ends fall back
+        for name in ("high_watermark", "eviction_ratio"):
+            if name in known:
+                unreadable[name] = values[name]
+                del known[name]
+        return _with_fallback(known, unreadable, fallback), unreadable
+
+
+def _with_fallback(known: Mapping[str, Any], unreadable: Mapping[str, str],
+                   fallback: Settings | None) -> Settings:
+    """The defaults with the values read, and the fallback's values of unreadable ones."""
+    kept = {name: getattr(fallback, name) for name in unreadable} if fallback else {}
+    return check_settings(dataclasses.replace(Settings(), **kept, **known))
+
+
 def settings_from(values: Mapping[str, Any], base: Settings | None = None) -> Settings:
     """`base` (default: the defaults) with `values` applied; unknown stored names are kept
     out (a newer version may have written them)."""

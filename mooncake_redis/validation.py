@@ -68,16 +68,19 @@ def check_items(items: Any, what: str, arities: tuple[int, ...]) -> list[tuple[A
     return checked
 
 
-def check_wait_ms(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidArgument(f"wait_ms must be None or an int >= 0, got {value!r}")
+def check_count(value: Any, what: str, minimum: int = 0) -> int:
+    """An int of at least `minimum` (not a bool), for an argument that may also be None."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidArgument(f"{what} must be None or an int >= {minimum}, got {value!r}")
     return int(value)
 
 
+def check_wait_ms(value: Any) -> int:
+    return check_count(value, "wait_ms")
+
+
 def check_depth(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidArgument(f"max_depth must be None or an int >= 0, got {value!r}")
-    return value
+    return check_count(value, "max_depth")
 
 
 MAX_REPLICAS = 16

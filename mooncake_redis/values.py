@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from .errors import ScriptError
 from .models import Replica
 
 OBJECT_PREFIX = "o:"
@@ -148,6 +149,46 @@ def decode_object(value: str) -> StoredObject | None:
                         decode_replicas(replicas, int(size)) if replicas else ())
 
 
+MAX_EXACT = 2 ** 53
+"""Scripts hold numbers as Lua doubles: a size, time or epoch past this is not exact there
+(a 400-digit size is inf), so no script writes one."""
+
+_EPOCH = re.compile(r"[0-9]{1,16}")
+_REPLICA_PART = re.compile(r"\|[^,|]*,[^,|]*,[a-z]")
+_SEGMENT_OF_PART = re.compile(r"\|([^,|]*)")
+
+
+def is_epoch_text(value: object) -> bool:
+    """Whether a stored link epoch (a child field's value, `pe`) is one a script wrote."""
+    return isinstance(value, str) and _EPOCH.fullmatch(value) is not None \
+        and int(value) < MAX_EXACT
+
+
+def object_value_damage(value: str) -> str | None:
+    """None for a value of this format that the scripts read as this module does;
+    "newer" for a value of a later format version (it starts with another version digit:
+    left alone); "damaged" for a value no version wrote (left for fsck --repair to drop)."""
+    match = _VALUE.fullmatch(value)
+    if match is None:
+        return "newer" if value[:1].isdigit() and value[:1] != "1" else "damaged"
+    _, size, time_ms, pins, _, replicas = match.groups()
+    if int(size) >= MAX_EXACT or int(time_ms) >= MAX_EXACT or int(pins) > 3:
+        return "damaged"
+    if _REPLICA_PART.sub("", replicas):
+        return "damaged"
+    return None
+
+
+def replicas_as_scripts_count(value: str) -> tuple[int, list[str]] | None:
+    """An object's size and the segments of its replicas as the scripts count them
+    (lua/_lib.lua: every `|` part is a replica, su:<segment> keyed by the name as stored,
+    escaped), or None for a value they cannot read."""
+    match = _VALUE.fullmatch(value)
+    if match is None:
+        return None
+    return int(match.group(2)), _SEGMENT_OF_PART.findall(match.group(6))
+
+
 def parent_of(p: str | None) -> str | None:
     """The parent named by a node's `p` field (None for none, or a shell's batch marker)."""
     return None if p is None or p.startswith(SHELL_MARKER) else p
@@ -175,7 +216,12 @@ class NodeFields:
         return parent_of(self.attributes.get("p"))
 
 
-def split_node(fields: Mapping[str, str]) -> NodeFields:
+def split_node(fields: Mapping[str, str] | Exception) -> NodeFields:
+    """A node's HGETALL reply split into its parts; a refused read (a key of another type
+    at a node key, which a namespace writer can plant) raises a clear error."""
+    if isinstance(fields, Exception):
+        raise ScriptError(f"a node key holds no node ({fields}); `mooncake-redis fsck "
+                          "--repair` drops it")
     attributes: dict[str, str] = {}
     children: dict[str, int] = {}
     objects: dict[str, str] = {}

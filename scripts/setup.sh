@@ -6,6 +6,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${MOONCAKE_REDIS_VENV:-$ROOT/.venv}"
 PYTHON="${PYTHON:-python3}"
 
+# ensure_venv EXTRAS: with $PINS set (requirement specifiers such as "redis==5.3.0"), those
+# versions are installed with the package (scripts/test_floors.sh).
 ensure_venv() {
   local extras="$1"
   if [ ! -x "$VENV/bin/python" ]; then
@@ -15,11 +17,13 @@ ensure_venv() {
   fi
   local stamp="$VENV/.installed-$extras"
   local want
-  want="$(cat "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+  want="$( (cat "$ROOT/pyproject.toml"; echo "${PINS:-}") | sha256sum | cut -d' ' -f1)"
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    echo "Installing mooncake-redis[$extras] into $VENV …" >&2
+    echo "Installing mooncake-redis[$extras] ${PINS:+$PINS }into $VENV …" >&2
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[$extras]"
+    # shellcheck disable=SC2086  # PINS is a list of specifiers
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[$extras]" \
+      ${PINS:-}
     echo "$want" > "$stamp"
   fi
 }

@@ -9,6 +9,8 @@
 # ($PYENV_ROOT/versions/3.X.*), and through `uv python find`.
 # Usage: scripts/test_pythons.sh [VERSION...]   (default: 3.10 3.11 3.12 3.13)
 # Extra pytest arguments: PYTEST_ARGS="-x" scripts/test_pythons.sh
+# PINS="redis==5.3.0 ..." installs those versions too, in .venv-python3.X$VENV_SUFFIX
+# (scripts/test_floors.sh).
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 ensure_redis_server
 cd "$ROOT"
@@ -43,13 +45,13 @@ for version in "${versions[@]}"; do
     summary+=("python$version: not installed, skipped")
     continue
   fi
-  VENV="$ROOT/.venv-python$version" PYTHON="$python" ensure_venv test
-  echo "== python$version ($python)" >&2
-  if "$ROOT/.venv-python$version/bin/python" -m pytest -q -p no:cacheprovider \
-      ${PYTEST_ARGS:-} "${QUICK[@]}"; then
-    summary+=("python$version: passed")
+  venv="$ROOT/.venv-python$version${VENV_SUFFIX:-}"
+  VENV="$venv" PYTHON="$python" ensure_venv test
+  echo "== python$version ($python)${PINS:+ with $PINS}" >&2
+  if "$venv/bin/python" -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} "${QUICK[@]}"; then
+    summary+=("python$version${PINS:+ ($PINS)}: passed")
   else
-    summary+=("python$version: FAILED")
+    summary+=("python$version${PINS:+ ($PINS)}: FAILED")
     status=1
   fi
 done

@@ -25,6 +25,7 @@ from mooncake_redis import (
 
 A, B, C = page("bad-A"), page("bad-B"), page("bad-C")
 DONE, PROCESSING = f"{A}_0_k", f"{B}_0_k"
+SEGMENT = "bad-input-segment"
 
 BAD_INPUTS: dict[str, tuple[type[MooncakeRedisError], Callable[[Index], object]]] = {
     "key not a str": (InvalidArgument, lambda ix: ix.put_start(42, 1)),
@@ -86,6 +87,10 @@ BAD_INPUTS: dict[str, tuple[type[MooncakeRedisError], Callable[[Index], object]]
     "batch_is_exist with a non-str": (InvalidArgument, lambda ix: ix.batch_is_exist([1])),
     "negative subtree depth": (InvalidArgument, lambda ix: ix.get_subtree_keys(A, -1)),
     "eviction target out of range": (InvalidArgument, lambda ix: ix.evict(target_ratio=1.5)),
+    "negative max_nodes of an unmount": (
+        InvalidArgument, lambda ix: ix.unmount_segment(SEGMENT, max_nodes=-1)),
+    "max_nodes 0 of an unmount": (
+        InvalidArgument, lambda ix: ix.unmount_segment(SEGMENT, max_nodes=0)),
     "unknown setting": (ConfigurationError, lambda ix: ix.set_config(capacity=1)),
     "setting of the wrong type": (ConfigurationError,
                                   lambda ix: ix.set_config(lease_ttl_ms="soon")),

@@ -178,10 +178,11 @@ def test_read_only_commands_write_nothing(redis_url: str, monkeypatch: pytest.Mo
     before = snapshot(admin)
     for namespace in ("ro", "fresh"):
         common = ["--url", url, "--namespace", namespace]
-        assert main([*common, "stats"]) == 0
-        assert main([*common, "inspect", A]) == (0 if namespace == "ro" else 1)
-        assert main([*common, "tree", A]) == (0 if namespace == "ro" else 1)
-        assert main([*common, "fsck", "--quiet"]) == 0
+        found = 0 if namespace == "ro" else 1  # a namespace that does not exist: said so
+        assert main([*common, "stats"]) == found
+        assert main([*common, "inspect", A]) == found
+        assert main([*common, "tree", A]) == found
+        assert main([*common, "fsck", "--quiet"]) == found
         assert main([*common, "config", "get"]) == 0
         assert main([*common, "doctor"]) == 1  # the tests' server persists nothing
     assert "NOPERM" not in capsys.readouterr().err
@@ -239,6 +240,30 @@ def test_evict_reports_and_exits_1_when_it_could_not_run(
     assert "leaves evicted:   10" in out and "objects evicted:  10" in out
     assert "interior nodes:   0" in out and "resolver:         0 unlinks finished" in out
     assert index.usage().objects == 0 and check(index.ctx).clean
+
+
+def test_evict_in_the_foreground_goes_on_past_max_rounds_per_job_and_says_why_it_stopped(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A chain of 20 pages takes 20 rounds (one leaf each time); the namespace's job limit
+    is 2 rounds. Without --rounds evict goes on to the target; with it, it says what to do."""
+    index = Index.from_url(redis_url, namespace="fg", capacity_bytes=1 << 20,
+                           max_rounds_per_job=2, leaves_per_round=1)
+    fill(index, 20, size=100)
+    common = ["--url", redis_url, "--namespace", "fg", "evict", "--quiet", "--target", "0"]
+    assert main([*common, "--rounds", "3"]) == 1
+    captured = capsys.readouterr()
+    assert "stopped:          round limit" in captured.out
+    assert "error: stopped at --rounds 3 above the target" in captured.err
+    assert main(common) == 0
+    assert f"stopped:          {TARGET_REACHED}" in capsys.readouterr().out
+    assert index.usage().objects == 0
+
+
+def test_evict_with_a_ratio_of_an_unlimited_capacity_says_how_to_set_one(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    fill(Index.from_url(redis_url), 1)
+    assert main(["--url", redis_url, "evict", "--quiet", "--target", "0.5"]) == 1
+    assert "config set capacity_bytes=" in capsys.readouterr().err
 
 
 def test_worker_runs_a_queued_job_on_the_url_it_was_given(
@@ -474,7 +499,7 @@ def test_errors_are_one_line_with_passwords_masked(
     err = capsys.readouterr().err
     assert "unknown URL scheme" in err and "pw-hunter4" not in err
     assert main(["inspect", "nothing"]) == 1
-    assert "no node or object 'nothing' in namespace 'mc'" in capsys.readouterr().err
+    assert "error: namespace 'mc' does not exist at memory://" in capsys.readouterr().err
 
 
 def test_redis_cli_flags_come_from_the_url_without_its_password() -> None:
@@ -532,8 +557,8 @@ def test_python_m_and_version() -> None:
     result = run_cli("--version")
     assert result.returncode == 0
     assert result.stdout.strip() == f"mooncake-redis {importlib.metadata.version('mooncake-redis')}"
-    result = run_cli("stats", "--url", "memory://")
-    assert result.returncode == 0 and "usage      0 objects in 0 nodes" in result.stdout
+    result = run_cli("config", "get", "--url", "memory://")
+    assert result.returncode == 0 and "settings of namespace 'mc'" in result.stdout
 
 
 def test_exit_codes_2_only_for_usage_errors(redis_url: str,
@@ -563,11 +588,11 @@ def test_monitor_with_a_negative_interval_is_a_usage_error_not_a_traceback() -> 
 
 def test_the_in_process_store_is_used_only_with_a_warning_unless_asked_for(
         capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["stats"]) == 0
+    assert main(["config", "get"]) == 0
     err = capsys.readouterr().err
-    assert "warning: no --url and no $MOONCAKE_REDIS_URL: `stats` runs on the in-process " \
+    assert "warning: no --url and no $MOONCAKE_REDIS_URL: `config` runs on the in-process " \
            "store memory://" in err
-    assert main(["--url", "memory://explicit", "stats"]) == 0
+    assert main(["--url", "memory://explicit", "config", "get"]) == 0
     assert "warning" not in capsys.readouterr().err
     assert main(["demo", "--conversations", "1", "--turns", "1"]) == 0
     assert "warning: no --url" not in capsys.readouterr().err
@@ -583,3 +608,49 @@ def test_sim_plot_without_matplotlib_fails_before_simulating(
     err = capsys.readouterr().err
     assert err.startswith("error: sim --plot needs matplotlib") and "[plot]" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_mistyped_namespace_is_said_to_not_exist(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Reads that need a namespace exit 1 naming it, instead of printing a healthy empty
+    store; config get still shows the defaults a new namespace would get."""
+    index = Index.from_url(redis_url, namespace="real")
+    index.put_start(f"{page('real')}_0_k", 1)
+    common = ["--url", redis_url, "--namespace", "reel"]
+    for command in (["stats"], ["stats", "--json"], ["fsck"], ["roots"], ["tree", A],
+                    ["inspect", A], ["segments"], ["evict", "--target", "0"]):
+        assert main([*common, *command]) == 1, command
+        err = capsys.readouterr().err
+        assert "error: namespace 'reel' does not exist" in err and "namespaces" in err, err
+    assert main([*common, "config", "get"]) == 0
+    assert main(["--url", redis_url, "--namespace", "real", "stats"]) == 0
+
+
+def test_not_found_is_one_error_line_and_bad_names_or_ports_are_usage_errors(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    build(Index.from_url(redis_url, namespace="nf"))
+    common = ["--url", redis_url, "--namespace", "nf"]
+    for command in (["inspect", page("nowhere")], ["tree", page("nowhere")]):
+        assert main([*common, *command]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("error: no node") and err.count("\n") == 1, err
+    for wrong in (["--namespace", "a:{b}", "stats"], ["--url", "redis://localhost:abc/0", "stats"],
+                  ["--url", "redis://localhost:99999/0", "stats"],
+                  ["--url", "redis+cluster://h:1,h:x", "stats"], ["metrics", "--once", "a b"]):
+        with pytest.raises(SystemExit) as usage_error:
+            main(wrong)
+        assert usage_error.value.code == 2, wrong
+        assert "error: argument" in capsys.readouterr().err
+
+
+def test_pods_reads_redis_without_the_vllm_extra(redis_url: str) -> None:
+    """`pods` only reads the tree: it must run where pyzmq and msgpack are not installed."""
+    script = ("import sys\nsys.modules['zmq'] = sys.modules['msgpack'] = None\n"
+              "from mooncake_redis.cli import main\n"
+              f"sys.exit(main(['--url', {redis_url!r}, '--namespace', 'pods-noextra', "
+              f"'pods', {page('block')!r}]))\n")
+    Index.from_url(redis_url, namespace="pods-noextra", lease_ttl_ms=5)  # it exists
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 1, result.stderr  # asked and answered: no pod holds it
+    assert result.stderr.startswith("error: no pod holds the first block"), result.stderr

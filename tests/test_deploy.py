@@ -4,6 +4,7 @@ config loads in a real redis-server with AOF on and no eviction of its own."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
@@ -37,6 +38,23 @@ def test_compose_has_redis_a_worker_and_a_monitor() -> None:
     assert (ROOT / "deploy" / "redis.conf").is_file()
 
 
+def published(port: str) -> tuple[str, str, str]:
+    """(host address, host port, container port) of a compose port, `${VAR:-default}`
+    read as compose reads it when VAR is unset."""
+    resolved = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", port)
+    address, host_port, container_port = resolved.rsplit(":", 2)
+    return address, host_port, container_port
+
+
+def test_every_port_is_published_on_localhost_only_by_default() -> None:
+    """Redis has no password in compose: a port on 0.0.0.0 would let anyone who reaches the
+    machine write the index."""
+    ports = [(name, port) for name, service in compose()["services"].items()
+             for port in service.get("ports", [])]
+    assert ports and all(published(port)[0] == "127.0.0.1" for _, port in ports), ports
+    assert "MOONCAKE_REDIS_BIND" in (ROOT / "docs" / "OPERATIONS.md").read_text()
+
+
 def test_worker_and_monitor_run_real_commands_with_real_options() -> None:
     services = compose()["services"]
     parser = build_parser()
@@ -44,7 +62,8 @@ def test_worker_and_monitor_run_real_commands_with_real_options() -> None:
         service = services[name]
         args = parser.parse_args(service["command"])  # SystemExit here = unknown command
         assert args.command == name
-        assert f"{args.metrics_port}:{args.metrics_port}" in service["ports"]
+        assert [published(port)[1:] for port in service["ports"]] == \
+            [(str(args.metrics_port), str(args.metrics_port))]
         environment = {k: str(v) for k, v in service["environment"].items()}
         from_environment(environment)  # raises on a value out of its range
         # from_environment ignores unknown MOONCAKE_REDIS_* names: a typo must fail here

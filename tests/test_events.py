@@ -277,3 +277,40 @@ def test_bad_arguments_are_refused_before_anything_is_read(make_index: IndexFact
             index.events(**arguments)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="two lowercase hex digits"):
         list(index.events().list_shard("zz"))
+
+
+def test_an_idle_follower_waits_as_long_as_the_caller_iterates(redis_url: str) -> None:
+    """With the defaults (follow, block_ms 5000) on a client whose socket timeout (0.5 s)
+    is shorter than the block: the consumer outlives many socket timeouts of no traffic
+    and still gets the event that finally comes. It waits on Redis's own count of XREAD
+    calls (state), not on a window of time; the deadline is only a hang guard."""
+    index = Index.from_url(f"{redis_url}?socket_timeout=0.5", namespace="idle")
+    stats = Index.from_url(redis_url, namespace="idle").client
+
+    def xreads() -> int:
+        return int(stats.info("commandstats").get("cmdstat_xread", {}).get("calls", 0))
+
+    got: list[object] = []
+    failed: list[BaseException] = []
+
+    def follow() -> None:
+        try:
+            for item in index.events():
+                got.append(item)
+                return
+        except BaseException as error:  # noqa: BLE001 - the test reports it
+            failed.append(error)
+
+    before = xreads()
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    deadline = time.monotonic() + 120
+    while xreads() - before < 12 and follower.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert follower.is_alive() and not failed, failed  # 12 idle reads later, still there
+    key = f"{page('idle')}_0_k"
+    index.put_start(key, 1)
+    index.put_end(key)
+    follower.join(timeout=120)
+    assert not follower.is_alive() and not failed, failed
+    assert [(e.type, e.key) for e in got] == [("stored", key)]  # type: ignore[attr-defined]

@@ -313,3 +313,16 @@ def test_targets(make_index) -> None:
     bounded: Index = make_index(namespace="bounded", capacity_bytes=256_000)
     store(bounded, "x", size=100)
     assert bounded.evict().stopped == TARGET_REACHED and bounded.usage().objects == 1
+
+
+def test_a_leaf_holding_a_value_no_version_writes_is_evicted_whole(index: Index) -> None:
+    """A planted object value (not one the scripts can read) must not stop eviction: it
+    goes with its node, unannounced; the readable objects are announced as ever."""
+    leaf = store(index, "planted-leaf")
+    index.client.hset(index.ctx.schema.node(leaf), "o:_9_k", "garbage")
+    index.set_config(capacity_bytes="1MiB")
+    report = index.evict(target_ratio=0)
+    assert report.leaves == 1 and report.objects == 1, report  # the readable one
+    assert index.get_node(leaf) is None
+    events = list(index.events(start="earliest", follow=False))
+    assert [(e.type, e.suffix) for e in events if e.type == "evicted"] == [("evicted", "_0_k")]

@@ -61,6 +61,116 @@ def test_fsck_finds_and_repairs_in_one_run(index: Index, kind: str) -> None:
     assert after.clean, after.problems
 
 
+def elsewhere(prefix_hash: str) -> str:
+    """A shard tag other than the hash's own."""
+    return "00" if prefix_hash[:2] != "00" else "01"
+
+
+def plant_node(ix: Index, key: str, fields: dict[str, object]) -> None:
+    ix.client.hset(key, mapping=fields)
+
+
+def replaced(ix: Index, key: str, write: Callable[[str], object]) -> None:
+    ix.client.delete(key)
+    write(key)
+
+
+Plant = Callable[[Index], object]
+D = page("D")
+PLANTED: dict[str, tuple[str, Plant]] = {
+    # another type at a node key: every script of its shard would fail on it
+    "a string at a node key": ("key_type", lambda ix: ix.client.set(node(ix, D), "x")),
+    "a list at a node key": ("key_type", lambda ix: ix.client.rpush(node(ix, D), "x")),
+    "a set at a node key": ("key_type", lambda ix: ix.client.sadd(node(ix, D), "x")),
+    "a zset at a node key": ("key_type", lambda ix: ix.client.zadd(node(ix, D), {"x": 1})),
+    "a stream at a node key": ("key_type", lambda ix: ix.client.xadd(node(ix, D), {"x": 1})),
+    "a string in place of a node of the tree": (
+        "key_type", lambda ix: replaced(ix, node(ix, C), lambda k: ix.client.set(k, "x"))),
+    # the same for the shard's own keys
+    **{f"a string at a shard's {name}": (
+        "key_type", lambda ix, name=name: replaced(ix, getattr(shard(ix, C), name),
+                                                   lambda k: ix.client.set(k, "x")))
+       for name in ("stats", "leaves", "soft_leaves", "pending", "fences", "outbox", "events")},
+    # a node hash under another shard's tag: no client can reach it
+    "a node under another shard's tag": ("node_misplaced", lambda ix: plant_node(
+        ix, f"{ix.namespace}:{{{elsewhere(D)}}}:n:{D}", {"o:_0_k": "1c,10,0,0,tok", "no": 1})),
+    "a copy of a node under another shard's tag": ("node_misplaced", lambda ix: plant_node(
+        ix, f"{ix.namespace}:{{{elsewhere(C)}}}:n:{C}", ix.client.hgetall(node(ix, C)))),
+    # object values no version writes
+    "a 400-digit object size": ("object_value", lambda ix: ix.client.hset(
+        node(ix, C), "o:_1_k", f"1c,{'9' * 400},0,0,tok")),
+    "a size that is no number": ("object_value", lambda ix: ix.client.hset(
+        node(ix, C), "o:_1_k", "1c,abc,0,0,tok")),
+    "a 400-digit time": ("object_value", lambda ix: ix.client.hset(
+        node(ix, C), "o:_1_k", f"1c,5,{'9' * 400},0,tok")),
+    "pins past hard and soft": ("object_value", lambda ix: ix.client.hset(
+        node(ix, C), "o:_1_k", "1c,5,0,9,tok")),
+    "an escaped segment name": ("node_counter", lambda ix: ix.client.hset(
+        node(ix, C), "o:_1_k", "1c,5,0,0,tok|seg%2Cx,loc,m")),
+    "a replica without a medium": ("object_value", lambda ix: ix.client.hset(
+        node(ix, C), "o:_1_k", "1c,5,0,0,tok|seg,loc")),
+    "a value that is no object": ("object_value", lambda ix: ix.client.hset(
+        node(ix, C), "o:_1_k", "garbage")),
+    # link epochs no script writes (Lua reads 1e999 and 400 digits as inf)
+    "a child epoch abc": ("epoch_format", lambda ix: ix.client.hset(node(ix, A), B, "abc")),
+    "a child epoch 1e999": ("epoch_format", lambda ix: ix.client.hset(node(ix, A), B, "1e999")),
+    "a 400-digit child epoch": ("epoch_format",
+                                lambda ix: ix.client.hset(node(ix, A), B, "9" * 400)),
+    "pe=1e308": ("epoch_format", lambda ix: ix.client.hset(node(ix, B), "pe", "1e308")),
+    "pe=abc": ("epoch_format", lambda ix: ix.client.hset(node(ix, B), "pe", "abc")),
+    # parents that are not so
+    "a node its own parent": ("cycle", lambda ix: ix.client.hset(node(ix, B), "p", B)),
+    "a parent with a | in it": ("parent_does_not_list_child",
+                                lambda ix: ix.client.hset(node(ix, B), "p", "x|y")),
+    "an empty parent": ("dangling_child", lambda ix: ix.client.hset(node(ix, B), "p", "")),
+    "a shell's batch marker on a filled node": (
+        "dangling_child", lambda ix: ix.client.hset(node(ix, B), "p", "?batch")),
+    # counters that lie or are no numbers
+    "counters that are no numbers": ("node_counter", lambda ix: ix.client.hset(
+        node(ix, B), mapping={"nc": "x", "no": "y", "b": "1e999", "lm": "-inf"})),
+    "shard stats that are no numbers": ("shard_stats", lambda ix: ix.client.hset(
+        shard(ix, A).stats, mapping={"used_bytes": "x", "nodes": "1e999"})),
+    "a fence nobody raised": ("shard_stats",
+                              lambda ix: ix.client.zadd(shard(ix, B).fences, {"junk": 1e300})),
+    "a leaf index entry that is no node": (
+        "leaf_index_stale", lambda ix: ix.client.zadd(shard(ix, A).leaves, {"junk": 1})),
+    "a leaf scored -inf": ("leaf_index",
+                           lambda ix: ix.client.zadd(shard(ix, C).leaves, {C: float("-inf")})),
+    "a dangling child that is no digest": ("dangling_child", lambda ix: (
+        ix.client.hset(node(ix, C), "c:weird", 1), ix.client.hincrby(node(ix, C), "nc", 1))),
+    # link entries that cannot stand for a link
+    "a pending entry that is no link": (
+        "link_entry", lambda ix: ix.client.zadd(shard(ix, A).pending, {"junk": 0})),
+    "an unlink intent in another shard's outbox": (
+        "link_entry", lambda ix: ix.client.zadd(
+            f"{ix.namespace}:{{{elsewhere(C)}}}:outbox", {f"{C}|{B}|5": 0})),
+}
+
+
+ON_EVERY_BACKEND = ("a string at a node key", "a string at a shard's stats",
+                    "a node under another shard's tag", "a 400-digit object size",
+                    "a child epoch 1e999")
+"""Cases whose repair routes by key (DEL, TYPE, scrub): on the cluster and fakeredis too;
+the rest on real Redis, the authority, to keep the suite short."""
+
+
+@pytest.mark.parametrize("backend, case", [
+    *(("redis", case) for case in sorted(PLANTED)),
+    *((backend, case) for backend in ("cluster", "fakeredis") for case in ON_EVERY_BACKEND)])
+def test_fsck_finds_what_a_namespace_writer_plants_and_one_repair_mends_it(
+        index: Index, backend: str, case: str) -> None:
+    kind, plant = PLANTED[case]
+    build(index)
+    assert check(index.ctx).clean
+    plant(index)
+    found = check(index.ctx)
+    assert kind in found.counts, found.problems
+    repaired = check(index.ctx, repair=True)
+    assert repaired.repaired or repaired.resolver.malformed, repaired.problems
+    after = check(index.ctx)
+    assert after.clean, after.problems
+
+
 def test_an_unreadable_object_value_is_reported_and_left_alone(index: Index) -> None:
     """A value this version cannot read may be a newer format: fsck names it, keeps it."""
     build(index)

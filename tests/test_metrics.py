@@ -76,6 +76,11 @@ def test_a_scrape_shows_what_usage_and_the_tree_say(redis_url: str) -> None:
     assert index.usage().used_bytes == 2048 + 1024 + 512 + 256
     assert value(scraped, "mooncake_redis_leaves", namespace="met", pin="none") == 2  # B, D
     assert value(scraped, "mooncake_redis_leaves", namespace="met", pin="soft") == 1  # C
+    # a namespace that holds nothing (a mistyped name) is not a healthy empty store
+    assert value(scraped, "mooncake_redis_up", namespace="other") == 0
+    assert ("mooncake_redis_objects", (("namespace", "other"),)) not in scraped
+    other.set_config(lease_ttl_ms=5)  # settings stored: it exists, empty
+    scraped = samples(Exporter([other.ctx]).text())
     assert_matches_usage(scraped, other)
     assert value(scraped, "mooncake_redis_objects", namespace="other") == 0
 
@@ -244,6 +249,47 @@ def test_the_metrics_command_serves_the_scrape_over_http(
     assert_matches_usage(scrape(port), index)
     exporter.terminate()  # SIGTERM: a clean stop
     assert exporter.wait(timeout=30) == 0
+
+
+def test_an_exporter_started_while_redis_is_down_serves_up_0_until_it_answers(
+        environment: dict[str, str], processes: list[subprocess.Popen[str]]) -> None:
+    """The documented `mooncake_redis_up == 0` alert must be able to fire for an exporter
+    that started first: it serves up 0, then the namespace once Redis is there. Waits on
+    what the scrapes say (a hang guard only)."""
+    redis_port, port = free_port(), free_port()
+    url = f"redis://127.0.0.1:{redis_port}/0"
+    exporter = subprocess.Popen(
+        [sys.executable, "-m", "mooncake_redis", "metrics", "--port", str(port),
+         "--address", "127.0.0.1", "--url", url, "--namespace", "late"],
+        env={**environment, "MOONCAKE_REDIS_CLUSTER_RETRIES": "0"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    processes.append(exporter)
+    assert value(scrape(port), "mooncake_redis_up", namespace="late") == 0
+    assert exporter.poll() is None
+    server = RedisServer(port=redis_port)
+    try:
+        index = Index.from_url(server.url, namespace="late", capacity_bytes=1 << 20)
+        build(index)
+        deadline = time.monotonic() + 60
+        while value(scraped := scrape(port), "mooncake_redis_up", namespace="late") == 0:
+            assert time.monotonic() < deadline, "the exporter never saw Redis come up"
+            time.sleep(0.05)
+        assert_matches_usage(scraped, index)
+    finally:
+        exporter.terminate()
+        exporter.wait(timeout=30)
+        server.stop()
+
+
+def test_metrics_once_on_a_mistyped_namespace_says_so_and_exits_1(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    Index.from_url(redis_url, namespace="real", capacity_bytes=1 << 20)
+    assert main(["--url", redis_url, "metrics", "--once", "real"]) == 0
+    capsys.readouterr()
+    assert main(["--url", redis_url, "metrics", "--once", "reel"]) == 1
+    captured = capsys.readouterr()
+    assert 'mooncake_redis_up{namespace="reel"} 0.0' in captured.out
+    assert "'reel' down or does not exist" in captured.err
 
 
 def test_a_worker_with_metrics_counts_the_jobs_it_runs(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tarfile
 import venv
 import zipfile
 from email.parser import Parser
@@ -83,3 +84,31 @@ def test_pdoc_writes_the_api_reference_with_the_index_page(tmp_path: Path) -> No
     assert 'id="Exporter.count_this_process"' in (tmp_path / "mooncake_redis" /
                                                   "metrics.html").read_text()
     assert (tmp_path / "index.html").exists()
+
+
+def test_the_sdist_carries_what_the_readme_points_pip_users_at(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "build", "--sdist", "--outdir", str(tmp_path),
+                    str(ROOT)], check=True, capture_output=True, text=True, timeout=300)
+    (sdist,) = tmp_path.glob("mooncake_redis-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    wanted = {"examples/file_data_plane.py", "deploy/redis.conf",
+              "deploy/grafana/mooncake-redis.json", "docker-compose.yml", "Dockerfile",
+              "CHANGELOG.md", *(f"docs/{doc.name}" for doc in (ROOT / "docs").glob("*.md"))}
+    assert wanted <= names, sorted(wanted - names)
+
+
+MARKDOWN_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def test_the_docs_link_only_to_files_in_the_repository() -> None:
+    """A link (or a path given to run) that leaves the repository works on one machine
+    only: a reader's clone has no ../shared."""
+    for doc in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
+        text = doc.read_text()
+        assert "../shared" not in text, doc.name
+        for target in MARKDOWN_LINK.findall(text):
+            if target.startswith(("http://", "https://", "#", "mailto:")):
+                continue
+            path = (doc.parent / target.split("#", 1)[0]).resolve()
+            assert path.is_relative_to(ROOT) and path.exists(), (doc.name, target)

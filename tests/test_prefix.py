@@ -137,3 +137,22 @@ def test_an_extractor_must_return_a_prefix_of_the_key(make_index) -> None:
     index: Index = make_index(prefix_extractor="test-not-a-prefix")
     with pytest.raises(InvalidArgument, match="not a non-empty prefix"):
         index.put_start("some-key", 1)
+
+
+@pytest.mark.parametrize("key", ["plain-object", f"model-x_{H}", f"model_{H}_0_k",
+                                 H[:63] + "_0_k", H])
+def test_every_query_accepts_a_key_that_is_its_own_prefix(index: Index, key: str) -> None:
+    """RFC, Design 4: a non-standard key is its own prefix, so its node is named by it."""
+    index.put_start(key, 3)
+    assert index.get_keys_by_prefix(key) == [key]
+    node = index.get_node(key)
+    assert node is not None and node.keys == [key]
+    assert index.get_subtree_keys(key) == [key]
+    assert index.match_prefix([key]) == 0  # still processing
+    index.put_end(key)
+    assert index.match_prefix([key]) == 1
+
+
+def test_a_query_by_an_object_key_names_its_prefix(index: Index) -> None:
+    with pytest.raises(InvalidArgument, match=f"its prefix is {H}"):
+        index.get_keys_by_prefix(f"{H}_0_k")

@@ -100,7 +100,8 @@ def exercise_every_script(index: Index) -> None:
     index.evict(target_ratio=0)  # lock_token, evict
     index.client.hset(index.ctx.schema.node(a), "b", 999)
     index.client.hset(index.ctx.schema.shard_keys(a[:2]).stats, "objects", 9)
-    assert check(index.ctx, repair=True).repaired  # repair_node, recount_shard
+    index.client.hset(index.ctx.schema.node(a), "pe", "1e999")
+    assert check(index.ctx, repair=True).repaired  # repair_node, recount_shard, scrub
     index.remove_all(force=True)
     assert list(index.events("g", start="earliest", follow=False))  # read_events
     index.close()

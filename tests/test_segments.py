@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import IndexFactory
-from helpers import A, B, assert_consistent, page
+from helpers import A, B, assert_consistent, page, snapshot
 
 from mooncake_redis import ConfigurationError, Index, InvalidArgument
 from mooncake_redis import segments as segments_module
@@ -137,6 +137,17 @@ def test_unmount_of_a_segment_under_a_deep_forest(make_index: IndexFactory,
     assert top is not None and top.keys == [f"{page('0/0')}_1_k"]
     assert index.get_node(page(f"0/{depth - 1}")) is None or depth % 2 == 1
     assert_consistent(index)
+
+
+@pytest.mark.parametrize("max_nodes", [-1, 0, True, 1.5, "3"])
+def test_an_unmount_with_a_bad_max_nodes_is_refused_before_it_starts(
+        index: Index, max_nodes: object) -> None:
+    index.mount_segment(SEGMENT, 1 << 20)
+    index.put_start(f"{A}_0_k", 1, replicas=[(SEGMENT, "at-0")])
+    before = snapshot(index)
+    with pytest.raises(InvalidArgument, match="max_nodes"):
+        index.unmount_segment(SEGMENT, max_nodes=max_nodes)  # type: ignore[arg-type]
+    assert snapshot(index) == before  # the registry, the flags, the replica: untouched
 
 
 def test_an_unmount_cut_short_resumes_where_it_stopped(
@@ -356,10 +367,12 @@ def test_the_segments_command(redis_url: str, capsys: pytest.CaptureFixture[str]
     assert "registered already" in capsys.readouterr().err
     index = Index.from_url(redis_url, namespace="segcli")
     index.put_start(f"{A}_0_k", 10, replicas=[(SEGMENT, "0x1")])
-    assert main([*common, "segments", "--json"]) == 0
-    (listed,) = json.loads(capsys.readouterr().out)
-    assert (listed["name"], listed["used_bytes"], listed["capacity_bytes"]) == \
-        (SEGMENT, 10, 64 << 20)
+    for where in (["segments", "--json"], ["segments", "--json", "list"],
+                  ["segments", "list", "--json"]):  # --json before or after the action
+        assert main([*common, *where]) == 0
+        (listed,) = json.loads(capsys.readouterr().out)
+        assert (listed["name"], listed["used_bytes"], listed["capacity_bytes"]) == \
+            (SEGMENT, 10, 64 << 20)
     assert main([*common, "segments", "unmount", SEGMENT, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["done"] and report["deleted"] == 1

@@ -639,5 +639,10 @@ def test_bad_pod_name_and_missing_extra_fail_clearly(
     real = ingest_cli.importlib.util.find_spec
     monkeypatch.setattr(ingest_cli.importlib.util, "find_spec",
                         lambda name: None if name == "xxhash" else real(name))
-    assert main(["--url", redis_url, "pods", "5"]) == 1
+    assert main(["--url", redis_url, "ingest", "--zmq", "tcp://127.0.0.1:1", "--pod",
+                 "p"]) == 1
     assert "pip install 'mooncake-redis[vllm]'" in capsys.readouterr().err
+    Index.from_url(redis_url, lease_ttl_ms=5)  # the namespace exists
+    assert main(["--url", redis_url, "pods", "--tokens", "--block-size", "1", "5"]) == 1
+    assert "pip install 'mooncake-redis[vllm]'" in capsys.readouterr().err
+    # pods by block hash only reads Redis: it needs no extra (test_cli.py runs it so)

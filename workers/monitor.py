@@ -1,6 +1,7 @@
 """The watermark monitor: keeps the shards' admission limits fresh, enqueues an eviction
-job whenever usage is above the high watermark, and unmounts segments whose owners stopped
-heart-beating (segment_heartbeat_timeout_ms)."""
+job whenever usage is above the high watermark, reclaims unfinished puts past
+put_start_release_timeout_ms at any usage (reclaim.py), and unmounts segments whose owners
+stopped heart-beating (segment_heartbeat_timeout_ms)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import redis
 
 from mooncake_redis.admission import rebalance
 from mooncake_redis.context import Context
-from mooncake_redis.errors import ClusterUnavailable
+from mooncake_redis.errors import MooncakeRedisError, RedisUnavailable
+from mooncake_redis.reclaim import Reclaimer
 from mooncake_redis.segments import unmount_silent
 
 from .jobs import request_eviction
@@ -25,13 +27,16 @@ def watch(ctx: Context, interval_s: float = 1.0, iterations: int | None = None,
           on_enqueued: Callable[[int], None] | None = None) -> int:
     """Check every interval_s seconds (forever, or `iterations` times, or until `stop` is
     set); returns how many jobs it enqueued (each also passed to on_enqueued). A Redis that
-    is down or restarting is waited for, not fatal; that it is back is logged once."""
+    is down or restarting is waited for, not fatal; that it is back is logged once. Any
+    other failure of a check (a refused write, say) is logged once and tried again."""
     stop = stop or threading.Event()
     enqueued = tick = 0
     unavailable = False
+    failing = ""
+    reclaimer = Reclaimer()
     while (iterations is None or tick < iterations) and not stop.is_set():
         try:
-            new = _check(ctx)
+            new = _check(ctx, reclaimer)
             enqueued += new
             if new and on_enqueued is not None:
                 on_enqueued(new)
@@ -39,19 +44,28 @@ def watch(ctx: Context, interval_s: float = 1.0, iterations: int | None = None,
                 log.info("Redis available again")
                 unavailable = False
         # redis-py raises ConnectionError; the executor (rebalance) reports a Redis it could
-        # not reach within cluster_retries as ClusterUnavailable, on a single Redis too.
-        except (redis.ConnectionError, redis.TimeoutError, ClusterUnavailable) as error:
+        # not reach within cluster_retries as RedisUnavailable (ClusterUnavailable).
+        except (redis.ConnectionError, redis.TimeoutError, RedisUnavailable) as error:
             log.warning("Redis unavailable (%s); retrying in %.1f s", error, interval_s)
             unavailable = True
+        except (MooncakeRedisError, redis.RedisError) as error:
+            # a value it cannot use, a refused write: said, and tried again next interval
+            if str(error) != failing:
+                log.error("monitor check failed (%s); retrying every %.1f s", error,
+                          interval_s)
+            failing = str(error)
+        else:
+            failing = ""
         tick += 1
         if iterations is None or tick < iterations:
             stop.wait(interval_s)
     return enqueued
 
 
-def _check(ctx: Context) -> int:
+def _check(ctx: Context, reclaimer: Reclaimer) -> int:
     settings = ctx.settings
     unmount_silent(ctx)
+    reclaimer.step(ctx)
     shards = rebalance(ctx)
     used = sum(s.used_bytes for s in shards)
     capacity = settings.capacity_bytes

@@ -9,14 +9,12 @@ import importlib.util
 import logging
 import re
 import signal
-import sys
 import threading
 from typing import Any
 
 import blake3
 
 from ..cli_support import (
-    FINDING,
     OK,
     USAGE,
     add_json_option,
@@ -32,9 +30,10 @@ log = logging.getLogger("mooncake_redis.ingest")
 EXTRA_MODULES = {"zmq": "pyzmq", "msgpack": "msgpack", "xxhash": "xxhash"}
 
 
-def missing_extra() -> str | None:
-    """What the vllm extra lacks, as an error message; None if it is installed."""
-    missing = [package for module, package in EXTRA_MODULES.items()
+def missing_extra(modules: tuple[str, ...] = tuple(EXTRA_MODULES)) -> str | None:
+    """What the vllm extra lacks (of the modules named), as an error message; None if it is
+    installed."""
+    missing = [EXTRA_MODULES[module] for module in modules
                if importlib.util.find_spec(module) is None]
     if not missing:
         return None
@@ -114,9 +113,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_pods(args: argparse.Namespace) -> int:
-    missing = missing_extra()
-    if missing:
-        return fail(missing)
+    if args.tokens:  # token hashes need xxhash (the vllm extra); block hashes need nothing
+        missing = missing_extra(("xxhash",))
+        if missing:
+            return fail(missing)
     from .pods import pods_for_prefix, pods_for_tokens
 
     try:
@@ -128,7 +128,7 @@ def cmd_pods(args: argparse.Namespace) -> int:
     except argparse.ArgumentTypeError as error:
         return fail(f"pods: {error}", code=USAGE)
     blocks = len(asked) // args.block_size if args.tokens else len(asked)
-    index = open_index(args, read_only=True)
+    index = open_index(args, read_only=True, must_exist=True)
     runs = pods_for_tokens(index, asked, args.block_size) if args.tokens else \
         pods_for_prefix(index, asked)
     if args.json:
@@ -138,9 +138,7 @@ def cmd_pods(args: argparse.Namespace) -> int:
         for pod, matched in runs:
             print(f"{pod}\t{matched}/{blocks}")
     if not runs:
-        print(f"no pod holds the first block in namespace {index.namespace!r}",
-              file=sys.stderr)
-        return FINDING
+        return fail(f"no pod holds the first block in namespace {index.namespace!r}")
     return OK
 
 
@@ -190,7 +188,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pods = subparsers.add_parser(
         "pods", help="which pods hold the longest leading run of a chain of vLLM block "
                      "hashes, or with --tokens of a prompt's token ids, longest first (reads "
-                     "only; needs the vllm extra); exit 1 if no pod holds the first block",
+                     "only; --tokens needs the vllm extra); exit 1 if no pod holds the first "
+                     "block",
         description="Which holders (pod, pod@medium, pod/g<group>) hold the longest leading "
                     "run of a chain: of vLLM block hashes (first block first), or with "
                     "--tokens --block-size N of a prompt's token ids, cut into blocks of N "

@@ -18,8 +18,6 @@ import struct
 from collections.abc import Sequence
 from functools import lru_cache
 
-import xxhash
-
 ROOT_SEED = 0
 """The seed of a sequence's first block."""
 _PADDING = "0" * 47 + "1"
@@ -28,6 +26,8 @@ _PADDING = "0" * 47 + "1"
 def token_block_hashes(token_ids: Sequence[int], block_size: int,
                        parent: int | None = None) -> list[int]:
     """The chained token hash of each whole block of token_ids (see the module doc)."""
+    import xxhash  # the vllm extra, imported only to hash tokens: `pods` by hash needs none
+
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
     pack = _packer(block_size).pack

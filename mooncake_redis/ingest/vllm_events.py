@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import blake3
-import msgpack
 
 from ..errors import MooncakeRedisError
 
@@ -129,6 +128,8 @@ def decode_batch(payload: bytes) -> EventBatch:
     re-sends). Raises InvalidEvent when the payload is not a batch at all; a malformed
     event inside one is counted and left out."""
     try:
+        import msgpack  # the vllm extra, imported only to decode: `pods` needs none of it
+
         document = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     except Exception as error:  # msgpack raises several unrelated types
         raise InvalidEvent(f"payload is not msgpack ({type(error).__name__}: {error})"

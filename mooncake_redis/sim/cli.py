@@ -28,6 +28,8 @@ from mooncake_redis.sim.report import (
 )
 from mooncake_redis.sim.runner import (
     INDEX_NAMES,
+    QUICK_CAPACITIES,
+    QUICK_POLICIES,
     SimulationSettings,
     run_experiment,
 )
@@ -87,16 +89,27 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
              "all of them; with --trace, hash and radix, the two that hold page chains)",
     )
     experiment.add_argument(
+        "--full",
+        action="store_true",
+        help="the whole matrix: every policy and capacities "
+             f"{','.join(map(str, settings.capacity_fractions))} (about 3 times as long as the "
+             f"default run, {', '.join(QUICK_POLICIES)} at "
+             f"{','.join(map(str, QUICK_CAPACITIES))}; with --trace every policy is the default)",
+    )
+    experiment.add_argument(
         "--policies",
         type=names_from(POLICY_NAMES, "policy"),
-        default=",".join(settings.policies),
-        help=f"comma-separated eviction policies, from {', '.join(POLICY_NAMES)}",
+        default=argparse.SUPPRESS,  # the default run's, --full's, or --trace's
+        help=f"comma-separated eviction policies, from {', '.join(POLICY_NAMES)} (default: "
+             f"{','.join(QUICK_POLICIES)}; with --full or --trace all of them)",
     )
     experiment.add_argument(
         "--capacities",
         type=capacity_fractions,
-        default=",".join(map(str, settings.capacity_fractions)),
-        help="comma-separated cache capacities as fractions of the working set, e.g. 0.1,0.2",
+        default=argparse.SUPPRESS,
+        help="comma-separated cache capacities as fractions of the working set, e.g. 0.1,0.2 "
+             f"(default: {','.join(map(str, QUICK_CAPACITIES))}; with --full or --trace "
+             f"{','.join(map(str, settings.capacity_fractions))})",
     )
     experiment.add_argument(
         "--scan-limit",
@@ -158,21 +171,39 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.set_defaults(func=run)
 
 
+def fill_matrix_defaults(args: argparse.Namespace) -> None:
+    """The policies and capacities not given: the default run's (QUICK_*), or with --full
+    or --trace every policy and SimulationSettings' capacities."""
+    full = SimulationSettings()
+    whole = args.full or hasattr(args, "trace")
+    if not hasattr(args, "policies"):
+        args.policies = full.policies if whole else QUICK_POLICIES
+    if not hasattr(args, "capacities"):
+        args.capacities = full.capacity_fractions if whole else QUICK_CAPACITIES
+
+
+def simulation_settings(args: argparse.Namespace) -> SimulationSettings:
+    """What a run of the generated workload compares (ValueError for a bad combination)."""
+    fill_matrix_defaults(args)
+    return SimulationSettings(
+        indexes=getattr(args, "indexes", INDEX_NAMES),
+        policies=args.policies,
+        capacity_fractions=args.capacities,
+        scan_limit=args.scan_limit,
+        block_tokens=args.block_tokens,
+        half_life_uses=args.half_life_uses,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the sub-command; the exit code is 0, or 2 for input the simulation cannot use."""
+    fill_matrix_defaults(args)
     if hasattr(args, "trace"):
         return run_trace(args)
     try:
         config = WorkloadConfig(
             **{field.name: getattr(args, field.name) for field in fields(WorkloadConfig)})
-        settings = SimulationSettings(
-            indexes=getattr(args, "indexes", INDEX_NAMES),
-            policies=args.policies,
-            capacity_fractions=args.capacities,
-            scan_limit=args.scan_limit,
-            block_tokens=args.block_tokens,
-            half_life_uses=args.half_life_uses,
-        )
+        settings = simulation_settings(args)
     except ValueError as error:
         return refuse(str(error))
     workload = generate_workload(config)

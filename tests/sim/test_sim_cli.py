@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from mooncake_redis.sim import __main__ as sim_main
-from mooncake_redis.sim.cli import register
+from mooncake_redis.sim.cli import register, simulation_settings
+from mooncake_redis.sim.policies import POLICY_NAMES
+from mooncake_redis.sim.runner import QUICK_CAPACITIES, QUICK_POLICIES
 
 TINY_WORKLOAD = [
     "--sessions", "2", "--turns", "2", "--system-prompt-tokens", "8",
@@ -19,18 +21,44 @@ TINY_WORKLOAD = [
 ]  # fmt: skip
 
 
-def _run_sim(arguments: list[str]) -> int:
+def _parse(arguments: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="mooncake-redis")
     register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["sim", *arguments])
+    return parser.parse_args(["sim", *arguments])
+
+
+def _run_sim(arguments: list[str]) -> int:
+    args = _parse(arguments)
     return int(args.func(args))
+
+
+def test_the_default_run_is_the_quick_matrix_and_full_is_one_option_away() -> None:
+    """`sim` with no options compares every index under the two LRU policies at three
+    capacities (24 runs, about 30 s on 2 cores); --full is the whole matrix (48)."""
+    quick = simulation_settings(_parse([]))
+    assert (quick.policies, quick.capacity_fractions) == (QUICK_POLICIES, QUICK_CAPACITIES)
+    assert len(quick.combinations()) == 4 * 2 * 3
+    full = simulation_settings(_parse(["--full"]))
+    assert full.policies == POLICY_NAMES and len(full.combinations()) == 4 * 3 * 4
+    assert len(simulation_settings(_parse(["--full", "--policies", "lru"])).combinations()) \
+        == 4 * 1 * 4
+    assert simulation_settings(_parse(["--capacities", "0.3"])).capacity_fractions == (0.3,)
+
+
+def test_a_run_shows_a_progress_bar_on_stderr(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    tiny = [argument for argument in TINY_WORKLOAD if argument != "--no-progress"]
+    assert _run_sim([*tiny, "--indexes", "hash", "--capacities", "0.5", "--out",
+                     str(tmp_path)]) == 0
+    assert "sim: 100%" in capsys.readouterr().err
 
 
 def test_a_run_prints_the_table_and_writes_csv_json_and_png(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "results"
-    code = _run_sim([*TINY_WORKLOAD, "--capacities", "0.3,0.6", "--out", str(out), "--plot"])
+    code = _run_sim([*TINY_WORKLOAD, "--full", "--capacities", "0.3,0.6", "--out", str(out),
+                     "--plot"])
     assert code == 0
     printed = capsys.readouterr().out
     assert "hit_rate" in printed and "prefix-protected" in printed and "bitwise-radix" in printed
