@@ -11,7 +11,6 @@ import logging
 import redis
 
 from ..errors import (
-    ClusterUnavailable,
     ConfigurationError,
     CycleDetected,
     InvalidArgument,
@@ -26,6 +25,7 @@ from ..errors import (
     OutcomeUnknown,
     ParentConflict,
     PermissionDenied,
+    RedisUnavailable,
     SegmentExists,
     SegmentNotMounted,
     SegmentUnmounting,
@@ -75,7 +75,7 @@ _CODES: tuple[tuple[type[BaseException], int], ...] = (
     (SegmentExists, ErrorCode.SEGMENT_ALREADY_EXISTS),
     (PermissionDenied, ErrorCode.ILLEGAL_CLIENT),
     (OutcomeUnknown, ErrorCode.RPC_TIMEOUT),
-    (ClusterUnavailable, ErrorCode.RPC_FAIL),
+    (RedisUnavailable, ErrorCode.RPC_FAIL),  # and its cluster kind, ClusterUnavailable
     (redis.exceptions.ConnectionError, ErrorCode.RPC_FAIL),
     (redis.exceptions.TimeoutError, ErrorCode.RPC_FAIL),
     (OSError, ErrorCode.TRANSFER_FAIL),  # a replica's file could not be written or read
