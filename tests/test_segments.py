@@ -9,11 +9,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from clock import wait_for_redis_time
 from conftest import IndexFactory
 from helpers import A, B, assert_consistent, page
 
@@ -71,20 +71,34 @@ def test_mount_remount_and_the_capacity_they_make(index: Index) -> None:
         index.unmount_segment(SEGMENT)
 
 
-def test_heartbeats_and_the_silent_segments_unmounted(make_index: IndexFactory) -> None:
-    index = make_index(segment_heartbeat_timeout_ms=200)
+def test_heartbeats_and_the_silent_segments_unmounted(make_index: IndexFactory,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deterministic on a loaded machine: whether a segment is silent depends on when the
+    check runs, so the check is made at a Redis time the test chooses (1 ms past SEGMENT's
+    timeout, within alive's, and not later than Redis's clock); then, on Redis's own clock
+    once it has passed alive's timeout too, alive goes as well."""
+    index = make_index(segment_heartbeat_timeout_ms=1)
     index.mount_segment(SEGMENT, 1 << 20)
     index.mount_segment("alive", 1 << 20)
     index.put_start(f"{A}_0_k", 10, replicas=[(SEGMENT, "0x1")])
-    time.sleep(0.25)
+    silent_since = segments_module.read_segments(index.ctx)[SEGMENT].heartbeat_ms
+    wait_for_redis_time(index, silent_since + 1)
     index.segment_heartbeat("alive")
-    reports = segments_module.unmount_silent(index.ctx)
+    alive_since = segments_module.read_segments(index.ctx)["alive"].heartbeat_ms
+    assert alive_since > silent_since  # the heartbeat moved alive's time on
+    wait_for_redis_time(index, silent_since + 2)
+    with monkeypatch.context() as at:
+        at.setattr(index.ctx, "redis_time_ms", lambda: silent_since + 2)
+        reports = segments_module.unmount_silent(index.ctx)
     assert [r.segment for r in reports] == [SEGMENT] and reports[0].deleted == 1
     assert set(index.usage().segments) == {"alive"}
     with pytest.raises(SegmentNotMounted):
         index.segment_heartbeat(SEGMENT)
     with pytest.raises(SegmentNotMounted):
         index.put_start(f"{B}_0_k", 10, replicas=[(SEGMENT, "0x2")])
+    wait_for_redis_time(index, alive_since + 2)
+    assert [r.segment for r in segments_module.unmount_silent(index.ctx)] == ["alive"]
+    assert index.usage().segments == {}
 
 
 def build_forest(index: Index, chains: int, depth: int) -> int:
@@ -299,16 +313,16 @@ def read_mounted(index: Index) -> set[str]:
 
 
 CRASHING_UNMOUNT = """
-import sys, time
+import sys
 from mooncake_redis import Index
 index = Index.from_url(sys.argv[1], namespace="crash")
 from mooncake_redis import segments
 original = segments._sweep
-def slow(*args):
+def paced(*args):
     original(*args)
     print("page", flush=True)
-    time.sleep(0.05)
-segments._sweep = slow
+    sys.stdin.readline()  # the test writes, then lets it sweep the next page (or kills it)
+segments._sweep = paced
 segments.SCAN_COUNT = 10  # many pages
 index.unmount_segment("node-a:7000")
 print("done", flush=True)
@@ -322,9 +336,9 @@ def test_an_unmount_killed_mid_sweep_with_writers_running_is_finished_by_the_nex
     index.mount_segment("other", 1 << 30)
     objects = build_forest(index, 40, 10)
     process = subprocess.Popen([sys.executable, "-c", CRASHING_UNMOUNT, redis_url],
-                               stdout=subprocess.PIPE, text=True,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert process.stdout is not None
+    assert process.stdout is not None and process.stdin is not None
     writer = Index.from_url(redis_url, namespace="crash")
     written = refused = pages = 0
     while pages < 3:  # writers keep writing on both segments while it sweeps
@@ -337,7 +351,10 @@ def test_an_unmount_killed_mid_sweep_with_writers_running_is_finished_by_the_nex
                  for i in range(10)]):
             written += result.ok
             refused += isinstance(result.error, SegmentNotMounted)
-    process.send_signal(signal.SIGKILL)
+        if pages < 3:
+            process.stdin.write("next\n")
+            process.stdin.flush()
+    process.send_signal(signal.SIGKILL)  # it waits after its third page: mid-sweep
     process.wait()
     assert (written, refused) == (15, 15)  # the segment was refused from the first step
     report = index.unmount_segment(SEGMENT)
