@@ -226,13 +226,22 @@ def real_index(redis_url: str) -> Index:
     return Index.from_url(redis_url, namespace="vllm")
 
 
+class LoopbackPublisher(ZmqEventPublisher):
+    """vLLM's publisher, binding the loopback endpoints it is given: vLLM binds only wildcard
+    (and ipc/inproc) endpoints and connects to the rest, and a wildcard listens on every
+    interface of the machine running the tests."""
+
+    @staticmethod
+    def _is_bind_endpoint(endpoint: str) -> bool:
+        return endpoint.startswith("tcp://127.0.0.1:") or \
+            ZmqEventPublisher._is_bind_endpoint(endpoint)
+
+
 @pytest.fixture
 def publisher() -> Iterator[tuple[ZmqEventPublisher, str, str]]:
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     replay = f"tcp://127.0.0.1:{free_port()}"
-    # vLLM binds only wildcard endpoints, connects to the rest: bind with tcp://*:port
-    pub = ZmqEventPublisher(0, endpoint.replace("127.0.0.1", "*"),
-                            replay.replace("127.0.0.1", "*"), topic="kv")
+    pub = LoopbackPublisher(0, endpoint, replay, topic="kv")
     yield pub, endpoint, replay
     pub.shutdown()
 
@@ -469,7 +478,7 @@ def test_ingest_and_pods_commands(redis_url: str, capsys: pytest.CaptureFixture[
         while not done.is_set():
             engine.send(seq, payload)
             seq += 1
-            time.sleep(0.01)
+            time.sleep(0.01)  # pacing: PUB drops what it sends before the subscriber joins
 
     sender = threading.Thread(target=publish, daemon=True)
     sender.start()
