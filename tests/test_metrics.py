@@ -26,7 +26,8 @@ from mooncake_redis.workers.jobs import QUEUE_NAME, request_eviction
 from mooncake_redis.workers.monitor import watch
 from prometheus_client import make_wsgi_app
 from prometheus_client.parser import text_string_to_metric_families
-from redis_server import RedisServer, free_port
+from ports import free_port
+from redis_server import RedisServer
 
 from mooncake_redis import Index
 from mooncake_redis.cli import main

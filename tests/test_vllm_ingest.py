@@ -11,7 +11,6 @@ for the writes and the query, real Redis for the ZMQ paths."""
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ import msgpack
 import pytest
 import zmq
 from helpers import assert_consistent, node_fields
+from ports import free_port
 from vllm_kv_events import (
     AllBlocksCleared,
     BlockRemoved,
@@ -213,12 +213,6 @@ def test_the_query_reads_past_the_probe_for_long_chains(index: Index) -> None:
 
 
 # -- ZMQ: vLLM's publisher and replay socket -----------------------------------------------
-
-
-def free_port() -> int:
-    with contextlib.closing(socket.socket()) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture
