@@ -3,9 +3,9 @@
 Armed with `lose_reply(n)`, it forwards everything until the reply to the client's n-th
 round trip (counted from arming, 0-based) starts to arrive; then it reads and discards
 the rest of that reply, up to the reply of the round trip's last command (counted with
-hiredis's RESP reader), and closes both sides of that connection. The commands ran; the client sees its connection reset without an answer:
-what a network failure or a proxy restart does to a real client. Other connections and
-later ones pass untouched.
+hiredis's RESP reader), and closes both sides of that connection. The commands ran; the
+client sees its connection reset without an answer: what a network failure or a proxy
+restart does to a real client. Other connections and later ones pass untouched.
 """
 
 from __future__ import annotations
