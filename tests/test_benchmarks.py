@@ -99,7 +99,8 @@ def test_side_by_side_runs_the_mooncake_master_where_installed(tmp_path: Path) -
 
     reason = mooncake_peer.available()
     if reason is not None:
-        pytest.skip(f"mooncake peer unavailable: {reason}")
+        pytest.skip(f"the side-by-side check against Mooncake's own master did not run: "
+                    f"{reason}")  # -ra prints it in the run's summary
     completed = run_benchmarks("--scale", "small", "--only", "mooncake", "--out", str(tmp_path))
     assert completed.returncode == 0, completed.stderr
     side = json.loads((tmp_path / "results.json").read_text())["benchmarks"]["mooncake"]

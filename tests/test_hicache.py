@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clock import wait_until
 
 from mooncake_redis import Index
 from mooncake_redis.byte_store import FileByteStore
@@ -260,11 +261,7 @@ def test_the_background_thread_deletes_evicted_files(url: str, tmp_path: Path) -
         hashes = page_hashes(list(range(4 * PAGE_SIZE)))
         assert backend.batch_set(hashes, [content(h) for h in hashes])
         Index.from_url(url, "hicache").evict(0)  # another process (a worker) evicts
-        for _ in range(200):
-            if not files(tmp_path):
-                break
-            backend._stop.wait(0.05)
-        assert files(tmp_path) == set()
+        wait_until(lambda: not files(tmp_path), "the background thread to delete the files")
     finally:
         backend.close()
 
