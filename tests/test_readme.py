@@ -109,6 +109,8 @@ def test_shell_block_runs_as_pasted(number: int, tmp_path: Path, redis_url: str)
         index.put_start(key, 100)
         index.put_end(key)
     index.set_config(capacity_bytes=1000)
+    # A second for a background command that fails at its start to have exited: they must
+    # still run. A slower machine can only let a failing one pass, never fail a good one.
     script = (source + "\nstatus=$?\nsleep 1\n"
               'for job in $(jobs -p); do kill -0 "$job" || status=99; kill "$job"; done\n'
               "wait\nexit $status\n")
