@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import random
 import signal
@@ -122,11 +123,14 @@ def start_killable_job(env: dict[str, str]) -> subprocess.Popen[str]:
 
 def test_eviction_workers_killed_at_random_points(redis_url: str) -> None:
     """RQ eviction jobs (four leaves per round, so a job runs long enough to be killed in
-    the middle of its rounds or cascades) killed with SIGKILL at random points: once a
-    random number of objects (1 to 200, of 2,000 or more) has gone, so the point does
-    not depend on the machine's speed; after each kill fsck finds only crash leftovers and
-    the resolver settles them; the killed job's lock expires; at the end everything is
-    evictable. A job that still finished before its kill is counted, not a failure."""
+    the middle of its resolver, rounds or cascades) killed with SIGKILL at random points:
+    every other job once a random number of objects (1 to 200, of 2,000 or more) has gone,
+    the others after a random 0.03-0.3 s or at that point, whichever comes first (on a
+    loaded machine a timed kill may come before the job evicts anything; on a fast one it
+    may come only after it finished, which the count prevents). After each kill fsck finds
+    only crash leftovers and the resolver settles them; the killed job's lock expires; at
+    the end everything is evictable. A job that still finished before its kill is
+    counted, not a failure."""
     index = Index.from_url(redis_url, namespace="crash", leaves_per_round=4,
                            max_rounds_per_job=100_000, eviction_lock_ttl_ms=1000)
     env = child_environment(**{ENV_URL: redis_url})
@@ -140,7 +144,9 @@ def test_eviction_workers_killed_at_random_points(redis_url: str) -> None:
                 build_forest(index, conversations=200, turns=10, generation=generations)
                 generations += 1
             before = index.usage().objects
-            kill_after = rng.randint(1, 200)  # objects evicted
+            timed = (crashes + finished_first) % 2 == 0
+            kill_at = rng.uniform(0.03, 0.3) if timed else math.inf  # s after its start, or
+            kill_after = rng.randint(1, 200)  # objects evicted, whichever comes first
             worker = workers[-1]
             assert worker.stdin is not None and worker.stdout is not None
             assert worker.stdout.readline().strip() == "ready"
@@ -148,8 +154,10 @@ def test_eviction_workers_killed_at_random_points(redis_url: str) -> None:
             worker.stdin.write("go\n")
             worker.stdin.flush()
             assert worker.stdout.readline().strip() == "started"
-            wait_until(lambda: before - index.usage().objects >= kill_after,  # noqa: B023
-                       f"the job to evict {kill_after} objects")
+            kill_time = time.monotonic() + kill_at
+            wait_until(lambda: time.monotonic() >= kill_time  # noqa: B023
+                       or before - index.usage().objects >= kill_after,  # noqa: B023
+                       "the point to kill the job at")
             worker.kill()
             worker.wait()
             worker.stdin.close()
