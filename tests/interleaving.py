@@ -19,6 +19,7 @@ come from one logical clock per run, so a schedule always replays the same way.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,23 +80,51 @@ def independent(a: Choice, b: Choice, steps: dict[int, Step]) -> bool:
     return not (first.writes or second.writes) or not (first.tags & second.tags)
 
 
-class Gate:
-    """Lets one operation thread run at a time, to its next Redis step."""
+WAIT_DEADLINE_S = 60.0
+"""How long any wait of a run may last before the run fails as hung, naming the schedule so
+far: an operation that never reaches its next step or its end (a protocol bug that blocks
+it). A step takes milliseconds, so a correct run never comes near it."""
 
-    def __init__(self) -> None:
+
+class Gate:
+    """Lets one operation thread run at a time, to its next Redis step. Every wait has a
+    deadline: a hang fails the test with the schedule so far instead of hanging the suite."""
+
+    def __init__(self, schedule: list[str] | None = None,
+                 deadline_s: float = WAIT_DEADLINE_S, title: str = "") -> None:
         self.cv = threading.Condition()
         self.parked: dict[int, Step] = {}
         self.granted: int | None = None
         self.crashing: set[int] = set()
         self.finished: set[int] = set()
+        self.schedule = schedule if schedule is not None else []
+        """The choices made so far (the explorer appends them), for a hang's report."""
+        self.deadline_s = deadline_s
+        self.title = title
+        """The scenario and run, for a hang's report."""
+
+    def hung(self, what: str) -> AssertionError:
+        return AssertionError(f"{self.title}: hung: waited {self.deadline_s:g} s for {what}; "
+                              "schedule so far:\n  " + ("\n  ".join(self.schedule) or "(none)"))
+
+    def _wait(self, ready: Callable[[], bool], what: Callable[[], str]) -> None:
+        """cv.wait until ready(), or raise once the deadline has passed (cv held)."""
+        deadline = time.monotonic() + self.deadline_s
+        while not ready():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self.hung(what())
+            self.cv.wait(left)
 
     def step(self, op: int, step: Step) -> None:
         with self.cv:
             self.parked[op] = step
             self.cv.notify_all()
-            while self.granted != op and op not in self.crashing:
-                self.cv.wait()
-            del self.parked[op]
+            try:
+                self._wait(lambda: self.granted == op or op in self.crashing,
+                           lambda: f"the scheduler to let operation {op} go ({step.label})")
+            finally:
+                del self.parked[op]
             if op in self.crashing:
                 raise Crashed
             self.granted = None
@@ -108,8 +137,10 @@ class Gate:
     def settle(self, ops: int) -> None:
         """Wait until every operation is parked or finished."""
         with self.cv:
-            while len(self.parked) + len(self.finished) < ops or self.granted is not None:
-                self.cv.wait()
+            self._wait(lambda: len(self.parked) + len(self.finished) >= ops
+                       and self.granted is None,
+                       lambda: "every operation to reach its next step or its end (running: "
+                       f"{sorted(set(range(ops)) - set(self.parked) - self.finished)})")
 
     def go(self, choice: Choice, ops: int) -> None:
         with self.cv:
@@ -118,9 +149,17 @@ class Gate:
             else:
                 self.granted = choice.op
             self.cv.notify_all()
-            while choice.crash and choice.op not in self.finished:
-                self.cv.wait()
+            if choice.crash:
+                self._wait(lambda: choice.op in self.finished,
+                           lambda: f"operation {choice.op} to end at its crash")
         self.settle(ops)
+
+    def join(self, threads: list[threading.Thread]) -> None:
+        deadline = time.monotonic() + self.deadline_s
+        for number, thread in enumerate(threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                raise self.hung(f"operation {number}'s thread to end")
 
 
 class LogicalClock:
@@ -235,10 +274,12 @@ def invariant_s(index: Index) -> list[str]:
 
 
 class Explorer:
-    def __init__(self, url: str, scenario: Scenario, namespace: str = "mc-check"):
+    def __init__(self, url: str, scenario: Scenario, namespace: str = "mc-check",
+                 wait_deadline_s: float = WAIT_DEADLINE_S):
         self.url = url
         self.scenario = scenario
         self.namespace = namespace
+        self.wait_deadline_s = wait_deadline_s
         self.runs = 0
         self.states = 0
         self.client = redis.Redis.from_url(url)
@@ -273,7 +314,8 @@ class Explorer:
         scenario = self.scenario
         scenario.setup(self.observer)
         self.observer.ctx.reload_settings()
-        gate = Gate()
+        labels: list[str] = []
+        gate = Gate(labels, self.wait_deadline_s, f"{scenario.name}, schedule #{self.runs}")
         # Epochs a little in the past (within the link horizon), so that a pending entry
         # is always old enough for a grace-0 resolver, whatever the speed of the run.
         clock = LogicalClock(self.observer.ctx.redis_time_ms() - 10_000)
@@ -287,7 +329,6 @@ class Explorer:
             thread.start()  # one at a time: each draws its first epoch in a fixed order
             gate.settle(started)
         choices: list[Choice] = []
-        labels: list[str] = []
         nodes: list[Node] = []
         crashes = preemptions = 0
         while len(gate.finished) < len(threads):
@@ -320,14 +361,13 @@ class Explorer:
             if broken:
                 raise AssertionError(self._describe("invariant S broken", labels, broken))
         else:
-            self._check_end(threads, outcomes, labels)
+            self._check_end(gate, threads, outcomes, labels)
         self._stop(gate, threads)
         return nodes
 
-    def _check_end(self, threads: list[threading.Thread], outcomes: dict[int, Any],
-                   labels: list[str]) -> None:
-        for thread in threads:
-            thread.join()
+    def _check_end(self, gate: Gate, threads: list[threading.Thread],
+                   outcomes: dict[int, Any], labels: list[str]) -> None:
+        gate.join(threads)
         for number, outcome in sorted(outcomes.items()):
             if isinstance(outcome, Exception) and not isinstance(outcome, EXPECTED_REFUSALS):
                 raise AssertionError(self._describe(f"operation {number} failed: {outcome!r}",
@@ -350,8 +390,7 @@ class Explorer:
         with gate.cv:
             gate.crashing.update(range(len(threads)))
             gate.cv.notify_all()
-        for thread in threads:
-            thread.join()
+        gate.join(threads)
 
     @staticmethod
     def _operate(slot: Slot, op: Operation, outcomes: dict[int, Any]) -> None:

@@ -2,10 +2,10 @@
 
 Armed with `lose_reply(n)`, it forwards everything until the reply to the client's n-th
 round trip (counted from arming, 0-based) starts to arrive; then it reads and discards
-the rest of that reply until the server stays quiet, and closes both sides of that
-connection. The commands ran; the client sees its connection reset without an answer:
-what a network failure or a proxy restart does to a real client. Other connections and
-later ones pass untouched.
+the rest of that reply, up to the reply of the round trip's last command (counted with
+hiredis's RESP reader), and closes both sides of that connection. The commands ran; the
+client sees its connection reset without an answer: what a network failure or a proxy
+restart does to a real client. Other connections and later ones pass untouched.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import contextlib
 import socket
 import threading
 
-QUIET_SECONDS = 0.1
-"""How long the server must send nothing before a dropped reply counts as complete (so a
-pipeline that Redis runs in several reads has run to its end before the close)."""
+import hiredis
+
+DRAIN_DEADLINE_S = 30.0
+"""A hang guard on reading a lost reply to its end (Redis sends it in milliseconds)."""
 
 
 class LossyProxy:
@@ -77,36 +78,59 @@ class LossyProxy:
     def _replies(self, client: socket.socket, server: socket.socket) -> None:
         try:
             while data := server.recv(65536):
-                if self._reply_is_lost():
-                    self._drain(server)
+                lost = self._lost_request()
+                if lost is not None:
+                    self._drain(server, data, count_messages(lost))
                     break
                 client.sendall(data)
         except OSError:
             pass
         _close(client, server)
 
-    def _reply_is_lost(self) -> bool:
+    def _lost_request(self) -> bytes | None:
+        """The request whose reply starts arriving now, if that reply is the one to lose."""
         with self._lock:
             if not self._client_spoke_last:
-                return False  # more of a reply already forwarded
+                return None  # more of a reply already forwarded
             self._client_spoke_last = False
             if self._lose_at is None:
-                return False
+                return None
             if self._round_trips < self._lose_at:
                 self._round_trips += 1
-                return False
+                return None
             self._lose_at = None
             self.lost.append(self._last_request)
-            return True
+            return self._last_request
 
     @staticmethod
-    def _drain(server: socket.socket) -> None:
-        server.settimeout(QUIET_SECONDS)
+    def _drain(server: socket.socket, first: bytes, replies: int) -> None:
+        """Read the lost reply to its end, one reply per command of the request: then
+        every command has run (a pipeline Redis runs in several reads too) when the
+        connection is closed."""
+        reader = hiredis.Reader()
+        reader.feed(first)
+        read = complete_messages(reader)
+        server.settimeout(DRAIN_DEADLINE_S)
         try:
-            while server.recv(65536):
-                pass
+            while read < replies and (data := server.recv(65536)):
+                reader.feed(data)
+                read += complete_messages(reader)
         except OSError:
             pass
+
+
+def count_messages(data: bytes) -> int:
+    """How many RESP messages (commands of a request, or replies) `data` holds whole."""
+    reader = hiredis.Reader()
+    reader.feed(data)
+    return complete_messages(reader)
+
+
+def complete_messages(reader: hiredis.Reader) -> int:
+    count = 0
+    while reader.gets() is not False:
+        count += 1
+    return count
 
 
 def _close(*sockets: socket.socket) -> None:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 
 import redis
-from redis_server import RedisServer, free_port
+from ports import free_port
+from redis_server import RedisServer
 
 NODE_TIMEOUT_MS = 1000
 """cluster-node-timeout: a replica takes over about this long after its master dies."""
@@ -17,26 +17,6 @@ START_DEADLINE_S = 30
 
 CLUSTER_ARGS = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                 "--cluster-node-timeout", str(NODE_TIMEOUT_MS))
-
-CLUSTER_BUS_OFFSET = 10000
-"""Each node also listens on its port + 10000 for the cluster bus."""
-
-
-def free_cluster_port() -> int:
-    """A free port whose cluster bus port (+10000) exists and is free too."""
-    while True:
-        port = free_port()
-        if port + CLUSTER_BUS_OFFSET <= 65535 and _is_free(port + CLUSTER_BUS_OFFSET):
-            return port
-
-
-def _is_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 class LocalCluster:
@@ -52,7 +32,7 @@ class LocalCluster:
         """Killed servers whose directories the restarted ones reuse; removed at stop()."""
         try:
             for _ in range(masters * (1 + replicas)):
-                self.servers.append(RedisServer(*CLUSTER_ARGS, port=free_cluster_port()))
+                self.servers.append(RedisServer(*CLUSTER_ARGS, port=free_port()))
             subprocess.run(
                 [binary, "--cluster", "create", *(f"127.0.0.1:{s.port}" for s in self.servers),
                  "--cluster-replicas", str(replicas), "--cluster-yes"],

@@ -1,21 +1,16 @@
-"""Starts throwaway redis-server processes on free loopback ports for the tests."""
+"""Starts throwaway redis-server processes on loopback ports reserved for the tests
+(tests/ports.py)."""
 
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import redis
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from ports import free_port
 
 
 class RedisServer:

@@ -24,6 +24,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from helpers import page
+from soak_actor import CHAIN, SIZE
+
 from mooncake_redis import Index
 from mooncake_redis.fsck import check
 from mooncake_redis.settings import ENV_PREFIX
@@ -86,10 +89,27 @@ def last_progress(out: str) -> Counter[str]:
     return Counter()
 
 
+def prefill(index: Index, pages: int, ratio: float) -> None:
+    """Complete objects on the clients' chains until usage reaches `ratio` of capacity (a
+    shard that refuses for space is passed over), so that eviction has work from the
+    start however slowly the clients go."""
+    capacity = index.usage().capacity_bytes
+    for start in range(0, pages, 100):
+        items = [(f"{page(f'soak-{n}')}_{rank}_k", SIZE,
+                  page(f"soak-{n - 1}") if n % CHAIN else None)
+                 for n in range(start, min(pages, start + 100)) for rank in range(2)]
+        written = [r.key for r in index.batch_put_start(items) if r.ok]
+        index.batch_put_end(written)
+        if index.usage().used_bytes >= ratio * capacity:
+            return
+    raise AssertionError(f"the prefill did not reach {ratio:.0%} of capacity")
+
+
 def run_soak(url: str, namespace: str = "soak", seconds: float = 6, clients: int = 3,
              evictors: int = 2, pages: int = 2500, capacity: int = 10_000,
              progress_s: float | None = None, kill_every_s: float | None = None,
-             seed: int = 0) -> SoakResult:
+             seed: int = 0, min_operations: int = 0, prefill_ratio: float = 0.0,
+             lease_ttl_ms: int | None = None) -> SoakResult:
     """Start the actors, wait for them, check. Settings are filled in when the namespace is
     new: jobs evict down to 60 % of capacity (eviction_ratio 0.3), well below where
     per-shard admission starts refusing (about 256 objects short of capacity), so the
@@ -99,12 +119,21 @@ def run_soak(url: str, namespace: str = "soak", seconds: float = 6, clients: int
     wherever it is and a new one takes its place for the time left: what a killed actor
     did counts up to its last progress report, and what it may leave (a dangling child
     until the resolver runs, processing objects until they time out) is allowed before
-    the resolver only."""
+    the resolver only.
+
+    For a bounded run that must test something however slow the machine (CI): each client
+    makes at least min_operations; prefill_ratio fills the namespace that far first;
+    lease_ttl_ms (when the namespace is new) long enough that the leases the clients took
+    are still held when the run is checked."""
+    lease = {} if lease_ttl_ms is None else {"lease_ttl_ms": lease_ttl_ms}
     index = Index.from_url(url, namespace=namespace, capacity_bytes=capacity,
-                           eviction_ratio=0.3, eviction_lock_ttl_ms=EVICTION_LOCK_TTL_MS)
+                           eviction_ratio=0.3, eviction_lock_ttl_ms=EVICTION_LOCK_TTL_MS,
+                           **lease)
+    if prefill_ratio:
+        prefill(index, pages, prefill_ratio)
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     env["PYTHONPATH"] = str(ACTOR.parent)
-    commands = [["client", str(n), str(pages)] for n in range(clients)]
+    commands = [["client", str(n), str(pages), str(min_operations)] for n in range(clients)]
     commands += [["evictor", str(n)] for n in range(evictors)]
     started = time.monotonic()
     deadline = started + seconds

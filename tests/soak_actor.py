@@ -2,7 +2,7 @@
 on one shared tree, or an eviction worker running jobs back to back, for a bounded time.
 Prints a JSON summary.
 
-    soak_actor.py client  URL NAMESPACE SEED SECONDS PAGES
+    soak_actor.py client  URL NAMESPACE SEED SECONDS PAGES [MIN_OPERATIONS]
     soak_actor.py evictor URL NAMESPACE SEED SECONDS
 """
 
@@ -34,17 +34,18 @@ def report_progress(counts: dict[str, int]) -> None:
     print(json.dumps({"progress": counts}), flush=True)
 
 
-def client(index: Index, seed: int, seconds: float, pages: int) -> dict[str, Any]:
+def client(index: Index, seed: int, seconds: float, pages: int,
+           min_operations: int = 0) -> dict[str, Any]:
     """Puts (put_start + put_end), gets, removes and probes of random keys of the shared
-    chains. Every get that returns an object records its lease; a get that finds nothing
-    while this client still holds a lease on the key is a violation (a leased object was
-    evicted or removed)."""
+    chains, for `seconds` and at least `min_operations`. Every get that returns an object
+    records its lease; a get that finds nothing while this client still holds a lease on
+    the key is a violation (a leased object was evicted or removed)."""
     rng = random.Random(seed)
     leases: dict[str, int] = {}
     operations = violations = 0
     refusals: Counter[str] = Counter()
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline or operations < min_operations:
         n = rng.randrange(pages)
         key = f"{page(f'soak-{n}')}_{rng.randrange(2)}_k"
         parent = page(f"soak-{n - 1}") if n % CHAIN else None
@@ -87,7 +88,7 @@ def evictor(index: Index, seconds: float) -> dict[str, Any]:
         stopped[report.stopped] += 1
         if jobs % (PROGRESS_EVERY // 10) == 0:
             report_progress({"jobs": jobs, "evicted": evicted, "rounds": rounds})
-        time.sleep(0.01)
+        time.sleep(0.01)  # let the clients in between jobs, as a worker polling its queue
     return {"jobs": jobs, "evicted": evicted, "rounds": rounds, "stopped": dict(stopped)}
 
 
@@ -95,7 +96,8 @@ if __name__ == "__main__":
     role, url, namespace, seed, seconds = sys.argv[1:6]
     index = Index.from_url(url, namespace=namespace)
     if role == "client":
-        result = client(index, int(seed), float(seconds), int(sys.argv[6]))
+        result = client(index, int(seed), float(seconds), int(sys.argv[6]),
+                        int(sys.argv[7]) if len(sys.argv) > 7 else 0)
     else:
         result = evictor(index, float(seconds))
     print(json.dumps(result))

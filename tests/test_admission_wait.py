@@ -9,7 +9,7 @@ import os
 import pytest
 from helpers import assert_consistent
 
-from mooncake_redis import Index, InvalidArgument, NoSpace
+from mooncake_redis import Index, InvalidArgument, NoSpace, waiting
 
 SHARD_SHARE = 1000
 """Capacity per shard: 256 x this in all."""
@@ -81,11 +81,32 @@ def test_the_setting_gives_the_wait_and_only_refused_items_are_sent_again(
     assert_consistent(index)
 
 
-def test_a_put_that_cannot_fit_still_reports_no_space_after_the_wait(redis_url: str) -> None:
+class StepClock:
+    """The waiting loop's clock (mooncake_redis.waiting reads time.monotonic and sleeps):
+    time moves only when the loop sleeps, so the wait lasts as many sends as its pauses
+    add up to, however slow the machine or the eviction job it runs."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def test_a_put_that_cannot_fit_still_reports_no_space_after_the_wait(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     index = full_store(redis_url)
     too_big = in_shard(3, "huge")
+    clock = StepClock()
+    monkeypatch.setattr(waiting, "time", clock)
     with pytest.raises(NoSpace):  # bigger than the whole capacity: no eviction helps
-        index.put_start(too_big, 256 * SHARD_SHARE + 1, wait_ms=50)
+        index.put_start(too_big, 256 * SHARD_SHARE + 1, wait_ms=1000)
+    assert clock.now >= 1.0 and len(clock.sleeps) > 1  # it waited the whole second, resending
     assert index.object_info(too_big) is None
     assert index.usage().used_bytes <= index.settings.eviction_target_ratio * 256 * SHARD_SHARE
 

@@ -384,7 +384,7 @@ def test_a_failover_loses_a_suffix_of_one_masters_writes_and_fsck_repairs_the_li
     try:
         load.wait_for(batches=10)
         safe = len(load.acknowledged)
-        victim_client.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
+        victim_client.execute_command("CLIENT", "PAUSE", LIVENESS_DEADLINE_S * 1000, "WRITE")
         try:
             snapshot = {key: (raw.dump(key), raw.pttl(key))
                         for key in raw.scan_iter(match="rollback:*", count=1000)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import random
 import signal
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 import redis
+from clock import wait_for_redis_time, wait_until
 from crash_client import (
     SIZE,
     VICTIM_ERRORS,
@@ -61,10 +63,6 @@ if sys.stdin.readline().strip() == "go":
 the checks between two kills) and run on "go"."""
 
 CRASHES = 14
-
-LOCK_EXPIRY_DEADLINE_S = 30
-"""Bound on waiting for a killed job's lock to expire (liveness, not a timing assertion)."""
-
 
 def child_environment(**extra: str) -> dict[str, str]:
     """This process's environment without MOONCAKE_REDIS_* settings (a developer's shell
@@ -114,10 +112,8 @@ def assert_repair_cleans_in_one_run(index: Index) -> FsckReport:
 
 
 def wait_for_lock_expiry(index: Index) -> None:
-    deadline = time.monotonic() + LOCK_EXPIRY_DEADLINE_S
-    while index.client.exists(index.ctx.schema.eviction_lock):
-        assert time.monotonic() < deadline, "a killed job's eviction lock never expired"
-        time.sleep(0.02)
+    wait_until(lambda: not index.client.exists(index.ctx.schema.eviction_lock),
+               "a killed job's eviction lock to expire")
 
 
 def start_killable_job(env: dict[str, str]) -> subprocess.Popen[str]:
@@ -127,24 +123,30 @@ def start_killable_job(env: dict[str, str]) -> subprocess.Popen[str]:
 
 def test_eviction_workers_killed_at_random_points(redis_url: str) -> None:
     """RQ eviction jobs (four leaves per round, so a job runs long enough to be killed in
-    the middle of its resolver, rounds or cascades) killed with SIGKILL at random points;
-    after each kill fsck finds only crash leftovers and the resolver settles them; the
-    killed job's lock expires; at the end everything is evictable."""
+    the middle of its resolver, rounds or cascades) killed with SIGKILL at random points:
+    every other job once a random number of objects (1 to 200, of 2,000 or more) has gone,
+    the others after a random 0.03-0.3 s or at that point, whichever comes first (on a
+    loaded machine a timed kill may come before the job evicts anything; on a fast one it
+    may come only after it finished, which the count prevents). After each kill fsck finds
+    only crash leftovers and the resolver settles them; the killed job's lock expires; at
+    the end everything is evictable. A job that still finished before its kill is
+    counted, not a failure."""
     index = Index.from_url(redis_url, namespace="crash", leaves_per_round=4,
                            max_rounds_per_job=100_000, eviction_lock_ttl_ms=1000)
     env = child_environment(**{ENV_URL: redis_url})
     rng = random.Random(11)
-    crashes = evicted = generations = kills_with_leftovers = 0
+    crashes = evicted = generations = kills_with_leftovers = finished_first = 0
     leftovers: set[str] = set()
     workers = [start_killable_job(env)]
     try:
         while crashes < CRASHES:
-            if index.usage().objects < 2000:  # however fast this machine evicts, keep work:
-                # a job must outlast the kill's delay (up to 0.3 s; one of 400 objects
-                # took 0.12 s here)
+            if index.usage().objects < 2000:  # keep work: the kill comes well within it
                 build_forest(index, conversations=200, turns=10, generation=generations)
                 generations += 1
             before = index.usage().objects
+            timed = (crashes + finished_first) % 2 == 0
+            kill_at = rng.uniform(0.03, 0.3) if timed else math.inf  # s after its start, or
+            kill_after = rng.randint(1, 200)  # objects evicted, whichever comes first
             worker = workers[-1]
             assert worker.stdin is not None and worker.stdout is not None
             assert worker.stdout.readline().strip() == "ready"
@@ -152,13 +154,20 @@ def test_eviction_workers_killed_at_random_points(redis_url: str) -> None:
             worker.stdin.write("go\n")
             worker.stdin.flush()
             assert worker.stdout.readline().strip() == "started"
-            time.sleep(rng.uniform(0.03, 0.3))
+            kill_time = time.monotonic() + kill_at
+            wait_until(lambda: time.monotonic() >= kill_time  # noqa: B023
+                       or before - index.usage().objects >= kill_after,  # noqa: B023
+                       "the point to kill the job at")
             worker.kill()
             worker.wait()
-            assert worker.returncode == -signal.SIGKILL, "the job ended before it was killed"
             worker.stdin.close()
             worker.stdout.close()
-            crashes += 1
+            if worker.returncode == 0:  # it ran to its end between the last look and the kill
+                finished_first += 1
+                assert finished_first <= CRASHES, "jobs keep finishing before their kill"
+            else:
+                assert worker.returncode == -signal.SIGKILL, worker.returncode
+                crashes += 1
             if crashes < CRASHES:
                 workers.append(start_killable_job(env))  # it starts while we check
             found = assert_only_crash_leftovers_then_resolve(index)
@@ -181,12 +190,12 @@ def test_eviction_workers_killed_at_random_points(redis_url: str) -> None:
     assert check(index.ctx).clean
     print(f"eviction worker crashes survived: {crashes} ({evicted} objects evicted by the "
           f"killed jobs); {kills_with_leftovers} kills left {sorted(leftovers) or 'nothing'} "
-          "for the resolver")
+          f"for the resolver; {finished_first} jobs finished before their kill")
 
 
 CLIENT_KILLS = 16
-CLIENT_KILLS_SECONDS = 20
-"""Bound on the kill phase of the client crash test, however slow the machine."""
+"""Victims of the client crash test killed at a random moment or by their tripwire, however
+slow the machine; then one more that stalls before a put_end."""
 
 
 def start_client(role: str, redis_url: str, *args: object) -> subprocess.Popen[str]:
@@ -285,16 +294,15 @@ def test_client_killed_mid_batch_while_other_writers_write_the_same_chains(
     try:
         for process in writers:
             assert process.stdout is not None and process.stdout.readline().strip() == "ready"
-        deadline = time.monotonic() + CLIENT_KILLS_SECONDS
         start_victim()
         while True:
             victim, mode, log = victims[-1]
             assert victim.stdout is not None and victim.stdout.readline().strip() == "ready"
             if mode == "external":
-                time.sleep(rng.uniform(0.02, 0.4))
-                victim.kill()
+                time.sleep(rng.uniform(0.02, 0.4))  # a random moment of its run: it runs
+                victim.kill()  # until killed, so any delay is as good, none can flake
             try:
-                victim.wait(timeout=20)
+                victim.wait(timeout=60)  # a hang guard: it dies within a few calls
             except subprocess.TimeoutExpired:
                 victim.kill()
                 raise AssertionError("the victim's tripwire never fired") from None
@@ -307,8 +315,7 @@ def test_client_killed_mid_batch_while_other_writers_write_the_same_chains(
             assert_victim_links_settled(index)
             if mode != "stall":  # the next starts while we look at this one; the last one
                 # stalls before a put_end, so some objects are surely left processing
-                start_victim(None if len(victims) < CLIENT_KILLS and time.monotonic() < deadline
-                             else "stall")
+                start_victim(None if len(victims) < CLIENT_KILLS else "stall")
             lines = victim_log(log)
             assert victim.returncode == -signal.SIGKILL, \
                 f"a victim ended by itself ({victim.returncode}): {lines[-3:]}"
@@ -335,7 +342,7 @@ def test_client_killed_mid_batch_while_other_writers_write_the_same_chains(
             if process.poll() is None:
                 process.kill()
                 process.wait()
-    assert sum(kills.values()) >= 8, f"only {sum(kills.values())} kills in the time bound"
+    assert sum(kills.values()) == CLIENT_KILLS + 1
 
     for call, errors in victim_errors.items():
         assert set(errors) <= VICTIM_ERRORS[call], (call, errors)
@@ -367,8 +374,9 @@ def test_client_killed_mid_batch_while_other_writers_write_the_same_chains(
     stuck = processing_objects(index)
     assert stuck, "the stalled victim left nothing processing"
     assert all(f"_{VICTIM_RANK}_" in key for key in stuck), "a writer left a processing object"
-    time.sleep(0.2)  # the discard timeout: a new put_start takes a processing key over
-    taken_over = sorted(stuck)[::2]
+    discard_ms = index.settings.put_start_discard_timeout_ms
+    wait_for_redis_time(index, max(t for _, t in stuck.values()) + discard_ms + 1)
+    taken_over = sorted(stuck)[::2]  # past the discard timeout: a new put_start takes over
     takeover = Index.from_url(redis_url, namespace="kill")
     results = takeover.batch_put_start([(key, SIZE, stuck[key][0]) for key in taken_over])
     assert [r.error for r in results if not r.ok] == []
@@ -376,8 +384,8 @@ def test_client_killed_mid_batch_while_other_writers_write_the_same_chains(
     left = processing_objects(index)
     assert set(left) == set(stuck) - set(taken_over)
     release_ms = index.settings.put_start_release_timeout_ms
-    while left and index.ctx.redis_time_ms() <= max(t for _, t in left.values()) + release_ms:
-        time.sleep(0.1)  # the release timeout: eviction reclaims the rest
+    if left:  # past the release timeout: eviction reclaims the rest
+        wait_for_redis_time(index, max(t for _, t in left.values()) + release_ms + 1)
     evicted = 0
     while (job := index.evict(target_ratio=0)).objects:
         evicted += job.objects
@@ -397,6 +405,13 @@ def test_client_killed_mid_batch_while_other_writers_write_the_same_chains(
           f"the rest among {evicted} objects evicted)")
 
 
+def started_ms(index: Index, name: str) -> int:
+    """When the put_start of page `name`'s processing object ran (Redis ms)."""
+    info = index.object_info(f"{page(name)}_0_k")
+    assert info is not None and info.started_ms is not None
+    return info.started_ms
+
+
 def test_lowering_the_release_timeout_lets_eviction_reclaim_what_a_dead_writer_left(
         redis_url: str) -> None:
     index = Index.from_url(redis_url, namespace="release")
@@ -404,11 +419,11 @@ def test_lowering_the_release_timeout_lets_eviction_reclaim_what_a_dead_writer_l
     stale = Index.from_url(redis_url, namespace="release")  # settings read before the change
     stale.settings  # noqa: B018
     index.set_config(put_start_release_timeout_ms=100)  # the operator reclaims it sooner
-    time.sleep(0.2)
+    wait_for_redis_time(index, started_ms(index, "stuck") + 101)
     report = check(index.ctx)
     assert report.clean, report.problems  # every leaf was rescored at the change
     stale.put_start(f"{page('stuck-too')}_0_k", 10)  # scored with the old 600 s, then dies
-    time.sleep(0.2)
+    wait_for_redis_time(index, started_ms(index, "stuck-too") + 101)
     assert index.evict(target_ratio=0).objects == 2  # the job rescores what is too late
     assert check(index.ctx).clean
 

@@ -11,10 +11,10 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
+from clock import wait_until
 from conftest import IndexFactory
 from helpers import page
 
@@ -195,17 +195,23 @@ def test_a_consumer_killed_while_writers_write_sees_every_event_at_least_once(
         return subprocess.Popen([sys.executable, str(CONSUMER), redis_url, "kill", "g", "c1",
                                  str(out), mode])
 
+    def lines_seen() -> int:
+        return len(out.read_text().splitlines()) if out.exists() else 0
+
     writers = [threading.Thread(target=write, args=(w,)) for w in range(3)]
     for thread in writers:
         thread.start()
     try:
         for _ in range(3):  # killed three times while it reads
             process = consumer("follow")
-            lines_before = len(out.read_text().splitlines()) if out.exists() else 0
-            while (len(out.read_text().splitlines()) if out.exists() else 0) < \
-                    lines_before + 50:
-                assert process.poll() is None
-                time.sleep(0.01)
+            lines_before = lines_seen()
+
+            def read_50_more(process: subprocess.Popen[bytes] = process,
+                             lines_before: int = lines_before) -> bool:
+                assert process.poll() is None, "the consumer exited"
+                return lines_seen() >= lines_before + 50
+
+            wait_until(read_50_more, "the consumer to record 50 more events")
             process.send_signal(signal.SIGKILL)
             process.wait()
     finally:
@@ -256,9 +262,12 @@ def test_the_cli_follows_until_sigterm_and_exits_0(redis_url: str) -> None:
     assert process.stdout is not None
     # the group exists once the follower has made it; only then are new events its own
     stream = index.ctx.schema.shard_keys(page(0)[:2]).events
-    while not (index.client.exists(stream) and index.client.xinfo_groups(stream)):
-        assert process.poll() is None
-        time.sleep(0.01)
+
+    def group_made() -> bool:
+        assert process.poll() is None, "the follower exited"
+        return bool(index.client.exists(stream) and index.client.xinfo_groups(stream))
+
+    wait_until(group_made, "the follower to make its group")
     key = f"{page(0)}_0_k"
     index.put_start(key, 10)
     index.put_end(key)
@@ -304,9 +313,8 @@ def test_an_idle_follower_waits_as_long_as_the_caller_iterates(redis_url: str) -
     before = xreads()
     follower = threading.Thread(target=follow, daemon=True)
     follower.start()
-    deadline = time.monotonic() + 120
-    while xreads() - before < 12 and follower.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: xreads() - before >= 12 or not follower.is_alive(),
+               "12 idle XREADs of the follower", deadline_s=120)
     assert follower.is_alive() and not failed, failed  # 12 idle reads later, still there
     key = f"{page('idle')}_0_k"
     index.put_start(key, 1)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 
 import pytest
+from clock import next_redis_millisecond, redis_now_ms, wait_for_redis_time
 from helpers import assert_consistent, page
 
 from mooncake_redis import Index, InvalidArgument
@@ -35,10 +35,6 @@ def alive(index: Index, *names: str) -> dict[str, bool]:
     return {name: index.get_node(page(name)) is not None for name in names}
 
 
-def redis_now_ms(index: Index) -> int:
-    return index.ctx.redis_time_ms()
-
-
 def test_the_rfc_example_evicts_leaves_first_then_their_parent(index: Index) -> None:
     for name, parent in (("A", None), ("B", "A"), ("C", "A"), ("D", "B"), ("E", "B")):
         store(index, name, parent)
@@ -62,9 +58,9 @@ def test_eviction_follows_lease_order_exactly_across_shards(make_index) -> None:
     order = []
     for i in range(12):  # scores: parent-0 < child-0 < parent-1 < child-1 < ...
         store(index, f"parent-{i}")
-        time.sleep(0.002)
+        next_redis_millisecond(index)
         store(index, f"child-{i}", f"parent-{i}")
-        time.sleep(0.002)
+        next_redis_millisecond(index)
         order += [f"child-{i}", f"parent-{i}"]
     evicted: list[str] = []
     names = [f"{kind}-{i}" for i in range(12) for kind in ("parent", "child")]
@@ -121,7 +117,9 @@ def test_an_unfinished_object_becomes_evictable_after_the_release_timeout(make_i
         chain.append(store(index, f"zombie-{i}", "zombie-root" if i == 0 else f"zombie-{i - 1}"))
     tip = page("zombie-tip")
     index.put_start(f"{tip}_0_k", 10, parent_block_hash=chain[-1])  # never finished
-    time.sleep(0.01)
+    zombie = index.object_info(f"{tip}_0_k")
+    assert zombie is not None and zombie.started_ms is not None
+    wait_for_redis_time(index, zombie.started_ms + 2)  # past its 1 ms release timeout
     report = index.evict(target_ratio=0)
     assert report.objects == 7 and index.usage().nodes == 0
     assert_consistent(index)
@@ -159,7 +157,7 @@ def test_hard_pins_never_go(make_index) -> None:
 def test_a_read_keeps_its_leaf_and_the_oldest_unread_leaf_goes_first(index: Index) -> None:
     for name in ("oldest", "read", "newest"):
         store(index, name)
-        time.sleep(0.003)  # distinct completion times (scores are in ms)
+        next_redis_millisecond(index)  # distinct completion times (scores are in ms)
     index.get(f"{page('read')}_0_k")
     leaves = index.ctx.schema.shard_keys(page("read")[:2]).leaves
     assert index.client.zscore(leaves, page("read")) > redis_now_ms(index)
@@ -272,7 +270,7 @@ def test_lease_ordered_eviction_without_the_tree(make_index) -> None:
     for i in range(10):
         index.put_start(f"obj-{i}", 10, soft_pin=i == 0)
         index.put_end(f"obj-{i}")
-        time.sleep(0.002)
+        next_redis_millisecond(index)
     index.get("obj-1")
     index.set_config(capacity_bytes=100, high_watermark=0.9, eviction_ratio=0.2)
     report = index.evict()  # 100 used, target 70

@@ -5,6 +5,7 @@ dangles, no cycle is left, every counter is exact (tests/interleaving.py explain
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 from helpers import page
@@ -137,3 +138,22 @@ def test_every_interleaving_keeps_the_tree_safe(redis_url: str, scenario: Scenar
     schedules = Explorer(redis_url, scenario).explore()
     assert schedules > 1
     print(f"{scenario.name}: {schedules:,} schedules explored")
+
+
+def test_an_operation_that_hangs_fails_the_run_with_its_schedule(redis_url: str) -> None:
+    """A protocol bug that blocks an operation must fail the test, not hang the suite: the
+    gate's waits have a deadline (short here; the operation never ends, so no deadline is
+    too short to be passed by a correct run, and none too long to be reached)."""
+    released = threading.Event()
+
+    def hangs(index: Index) -> None:
+        index.put_start(f"{A}_0_k", 10)
+        released.wait()  # never set before the run fails: the operation is stuck
+
+    scenario = Scenario("hangs", setup(), [put(B), hangs], shards=SHARDS)
+    try:
+        with pytest.raises(AssertionError, match=r"(?s)hangs, schedule #1: hung: waited 3 s "
+                           r"for every operation .*running: \[1\]\).*step 1 "):
+            Explorer(redis_url, scenario, wait_deadline_s=3).explore()
+    finally:
+        released.set()

@@ -5,6 +5,8 @@ on every object, node, leaf, usage count and match, and fsck finds nothing."""
 
 from __future__ import annotations
 
+import os
+import random
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -12,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from helpers import page
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -430,11 +432,26 @@ class StoreMachine(RuleBasedStateMachine):
             len(self.model.nodes))
 
 
+SEED_VARIABLE = "MOONCAKE_REDIS_MODEL_SEED"
+"""Replays a run: the test prints the seed it ran with (shown with a failure)."""
+
+
 def test_random_operations_agree_with_the_model(redis_url: str) -> None:
+    """Seeded: every run prints MOONCAKE_REDIS_MODEL_SEED=<n>; setting that variable runs
+    the same operations again (hypothesis draws them from the seed; its example database
+    is off, so nothing but the seed decides a run). A failure also shows hypothesis's own
+    shrunk program of steps."""
     StoreMachine.url = redis_url
     OUTCOMES.clear()
-    run_state_machine_as_test(StoreMachine, settings=settings(
-        max_examples=30, stateful_step_count=30, deadline=None,
+    chosen = int(os.environ.get(SEED_VARIABLE) or random.SystemRandom().randrange(2**32))
+    print(f"{SEED_VARIABLE}={chosen}")
+
+    @seed(chosen)
+    def machine() -> StoreMachine:
+        return StoreMachine()
+
+    run_state_machine_as_test(machine, settings=settings(
+        max_examples=30, stateful_step_count=30, deadline=None, database=None,
         suppress_health_check=list(HealthCheck)))
     print(f"\nmodel test: {sum(OUTCOMES.values())} operations checked against real Redis: "
           + ", ".join(f"{name} {count}" for name, count in sorted(OUTCOMES.items())))

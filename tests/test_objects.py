@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from clock import redis_now_ms
 from helpers import assert_consistent, node_fields, page, snapshot
 
 from mooncake_redis import (
@@ -43,10 +44,12 @@ def test_put_end_completes_and_get_grants_a_lease_from_redis_time(index: Index) 
     index.put_start(KEY, 100)
     index.put_end(KEY)
     assert index.is_exist(KEY)
-    redis_now_ms = int(index.client.time()[0]) * 1000
+    before = redis_now_ms(index)
     info = index.get(KEY)
+    after = redis_now_ms(index)
     assert info is not None and info.state == "complete" and info.size == 100
-    assert redis_now_ms + 9_000 < info.lease_ms < redis_now_ms + 12_000
+    ttl = index.settings.lease_ttl_ms
+    assert before + ttl <= info.lease_ms <= after + ttl  # Redis TIME during the get, + TTL
     decoded = decode_object(stored(index) or "")
     assert decoded is not None and decoded.time_ms == info.lease_ms
     leaves = index.ctx.schema.shard_keys(A[:2]).leaves

@@ -103,6 +103,8 @@ def test_shell_block_runs_as_pasted(number: int, tmp_path: Path, redis_url: str)
     source = (shell_blocks()[number].replace("redis://localhost:6379", server)
               .replace("source .venv/bin/activate", f"source {sys.prefix}/bin/activate"))
     index = Index.from_url(redis_url, read_only=True)  # a fresh Redis, as a reader has one
+    # A second for a background command that fails at its start to have exited: they must
+    # still run. A slower machine can only let a failing one pass, never fail a good one.
     script = (source + "\nstatus=$?\nsleep 1\n"
               'for job in $(jobs -p); do kill -0 "$job" || status=99; kill "$job"; done\n'
               "wait\nexit $status\n")

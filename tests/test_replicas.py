@@ -3,10 +3,10 @@ backend, asserting on what Redis holds and on the events streams."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
+from clock import wait_for_redis_time
 from conftest import IndexFactory
 from helpers import A, B, C, assert_consistent, node_fields, page, snapshot
 
@@ -171,17 +171,13 @@ def test_a_soft_pin_lapses_soft_pin_ttl_after_the_lease_ends(make_index: IndexFa
     assert_consistent(index)
 
 
-def wait_for_redis_time(index: Index, ms: int) -> None:
-    """Return once Redis TIME has reached `ms` (a few ms here: the clock only moves on)."""
-    while index.ctx.redis_time_ms() < ms:
-        time.sleep(0.001)
-
-
 def test_soft_pins_never_lapse_with_a_ttl_of_zero(make_index: IndexFactory) -> None:
     index = make_index(lease_ttl_ms=0, soft_pin_ttl_ms=0, allow_soft_pin_eviction=False)
     index.put_start(f"{A}_0_k", 10, soft_pin=True)
     index.put_end(f"{A}_0_k")
-    time.sleep(0.05)
+    info = index.object_info(f"{A}_0_k")
+    assert info is not None
+    wait_for_redis_time(index, info.lease_ms + 50)  # the lease ended a while ago
     assert index.evict(target_ratio=0).objects == 0
     assert index.object_info(f"{A}_0_k") is not None
 

@@ -566,7 +566,7 @@ def test_ingest_and_pods_commands(redis_url: str, capsys: pytest.CaptureFixture[
     def publish() -> None:  # the same batch again and again: the ingester stops after 2
         while not done.is_set():
             publisher.publish(payload)
-            time.sleep(0.01)
+            time.sleep(0.01)  # pacing: PUB drops what it sends before the subscriber joins
 
     sender = threading.Thread(target=publish, daemon=True)
     sender.start()

@@ -21,7 +21,8 @@ from mooncake_redis.sim.trace import TraceFormatError, iter_trace
 from mooncake_redis.sim.trace_synthesis import ChainShape, synthetic_chains, write_trace
 from mooncake_redis.sim.trace_synthesis import main as synthesis_main
 
-SHARED_TRACE = Path(__file__).parents[3] / "shared" / "traces" / "mooncake_synthetic_trace.jsonl"
+PUBLISHED_TRACE = Path(__file__).parents[1] / "data" / "mooncake_synthetic_trace_head.jsonl"
+"""The first 200 requests of Mooncake's published synthetic trace (tests/data/README.md)."""
 
 
 def _line(hash_ids: object, **fields: object) -> str:
@@ -156,12 +157,16 @@ def test_synthetic_traces_round_trip_through_the_reader(tmp_path: Path) -> None:
     assert trace.distinct_pages == len({page for chain in chains for page in chain})
 
 
-@pytest.mark.skipif(not SHARED_TRACE.exists(), reason="the shared traces are not checked out")
 def test_the_published_synthetic_trace_reads_as_documented() -> None:
-    trace = read_page_trace(SHARED_TRACE)
-    assert len(trace.chains) == 3993
-    assert (trace.requested_pages, trace.distinct_pages) == (121_877, 43_924)
-    assert sum(parent == NO_PARENT for parent in trace.parents) == 2211
+    trace = read_page_trace(PUBLISHED_TRACE)
+    assert len(trace.chains) == 200
+    assert (trace.requested_pages, trace.distinct_pages) == (5_330, 5_007)
+    assert sum(parent == NO_PARENT for parent in trace.parents) == 190
+    requests = [json.loads(line) for line in PUBLISHED_TRACE.read_text().splitlines()]
+    chains = [request["hash_ids"] for request in requests]  # the same, read plainly
+    assert [[trace.block_ids[page] for page in chain] for chain in trace.chains] == chains
+    assert trace.distinct_pages == len({block for chain in chains for block in chain})
+    assert sum(parent == NO_PARENT for parent in trace.parents) == len({c[0] for c in chains})
 
 
 def test_the_generator_command_writes_a_trace_of_the_asked_shape(tmp_path: Path) -> None:
