@@ -19,11 +19,11 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import clock
 import numpy as np
 import pytest
 from redis_server import RedisServer
@@ -119,12 +119,9 @@ def stored_replicas(index: Index) -> dict[str, tuple[str, int]]:
 
 
 def wait_until(condition: Callable[[], bool], what: str, deadline_s: float = 60.0) -> None:
-    """Poll the state itself (the keeper thread applies events every second); the
-    deadline only guards against a hang."""
-    end = time.monotonic() + deadline_s
-    while not condition():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    """The state itself (the keeper thread applies events every second); the deadline,
+    longer than clock.wait_until's, only guards against a hang."""
+    clock.wait_until(condition, what, deadline_s)
 
 
 def disk_matches_store(index: Index, data_dir: Path) -> bool:

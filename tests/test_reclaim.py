@@ -3,22 +3,13 @@ only when an eviction job runs above the high watermark), and only those."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
+from clock import wait_for_redis_time
 from helpers import assert_consistent, page
 from mooncake_redis.workers.monitor import watch
 
 from mooncake_redis import Index, InvalidObjectState
 from mooncake_redis.deletion import delete_objects
-
-
-def wait_for_redis_time_past(index: Index, ms: int) -> None:
-    """Until Redis's own clock is past `ms` (state, not a window; a hang guard only)."""
-    deadline = time.monotonic() + 60
-    while index.ctx.redis_time_ms() <= ms:
-        assert time.monotonic() < deadline, "Redis time did not advance"
-        time.sleep(0.002)
 
 
 def test_the_monitor_reclaims_expired_unfinished_puts_below_the_watermark(
@@ -31,7 +22,7 @@ def test_the_monitor_reclaims_expired_unfinished_puts_below_the_watermark(
     assert watch(index.ctx, interval_s=0, iterations=1) == 0
     assert index.usage().objects == 3  # within the release timeout: kept
     index.set_config(put_start_release_timeout_ms=1)  # capacity unlimited: usage 0 %
-    wait_for_redis_time_past(index, index.ctx.redis_time_ms() + 1)
+    wait_for_redis_time(index, index.ctx.redis_time_ms() + 2)
     watch(index.ctx, interval_s=0, iterations=1)
     assert index.object_info(root) is None and index.object_info(child) is None
     assert index.object_info(done) is not None  # complete objects are not the monitor's
@@ -65,7 +56,7 @@ def test_a_sweep_covers_the_namespace_page_by_page(index: Index, backend: str) -
     keys = [f"{page(('many', i))}_0_k" for i in range(300)]
     index.batch_put_start([(key, 1) for key in keys])
     index.set_config(put_start_release_timeout_ms=1)
-    wait_for_redis_time_past(index, index.ctx.redis_time_ms() + 1)
+    wait_for_redis_time(index, index.ctx.redis_time_ms() + 2)
     reclaimer = Reclaimer(scan_count=50)
     checks = 0
     while index.usage().objects and checks < 100:
