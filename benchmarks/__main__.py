@@ -53,7 +53,7 @@ no persistence unless said; never your Redis):
                 keys/s and ours/theirs, on Redis with AOF, without, and in-process
   prefix_query  get_keys_by_prefix vs SCAN MATCH over a flat store, 10k/100k/1M objects
   cluster       registration and eviction on 1 redis-server vs a 3-master local cluster;
-                how the 256 shards spread over the masters
+                how the shards spread over the masters
   dropin        1 MiB pages put and read through the Mooncake drop-in
                 (mooncake_redis.mooncake) next to the real Mooncake client and master
                 (tcp), the same calls on both: put, get, batch_put_from, batch_get_into,

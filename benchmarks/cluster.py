@@ -1,5 +1,5 @@
 """Cluster: registration and eviction throughput on one Redis vs a 3-master Redis Cluster,
-and how the 256 shards spread over the masters."""
+and how the shards spread over the masters."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from typing import Any
 from redis.crc import key_slot
 
 from mooncake_redis import Index
-from mooncake_redis.keys import KeySchema
-from mooncake_redis.prefix import ALL_SHARDS
 
 from .common import (
     NAMESPACE,
@@ -78,12 +76,13 @@ def register_and_evict(url: str, pages: Sequence[Page], batch: int) -> dict[str,
 
 
 def shard_spread(url: str) -> list[dict[str, Any]]:
-    """Per master: the slots it serves, and how many of the 256 shard tags fall in them."""
-    client = Index.from_url(url, namespace=NAMESPACE).client
-    schema = KeySchema(NAMESPACE)
+    """Per master: the slots it serves, and how many of the namespace's shard tags fall in
+    them."""
+    index = Index.from_url(url, namespace=NAMESPACE)
+    client, schema = index.client, index.ctx.schema
     manager = client.nodes_manager
     shards = Counter(manager.get_node_from_slot(key_slot(schema.shard_keys(s).stats.encode())).name
-                     for s in ALL_SHARDS)
+                     for s in schema.shards)
     slots = Counter(node.name for slot in range(16384)
                     for node in [manager.get_node_from_slot(slot)])
     return [{"master": name, "slots": slots[name], "shards": shards[name]}
@@ -111,7 +110,7 @@ def run(context: Context) -> BenchmarkResult:
         throughput.rows.append([label, row["pages_per_second"], row["evicted_per_second"],
                                 row["evicted_objects"], row["rounds"],
                                 row["pages_per_second"] / baseline])
-    placement = Table("How the 256 shard tags spread over the masters",
+    placement = Table("How the namespace's shard tags spread over the masters",
                       ["master", "hash slots", "shard tags"],
                       [[row["master"], row["slots"], row["shards"]] for row in spread])
     return BenchmarkResult([throughput, placement], {"backends": rows, "spread": spread})

@@ -49,7 +49,11 @@ def tree_sizes(scale: Scale) -> list[int]:
 
 ONE_SHARD = "00"
 """The shard of every page of the one-shard row: each batch is then one script call per
-protocol step, which shows what the per-call cost of 256 shards adds to a node."""
+protocol step, which shows what the per-call cost of many shards adds to a node."""
+
+LEGACY_SHARDS = 256
+"""The shard count of the stored-namespace rows (namespaces created before shard_count):
+next to the default rows (16 shards), what the count alone changes."""
 
 
 def pages_of(seed: int, count: int, shard: str | None = None) -> list[Page]:
@@ -98,8 +102,11 @@ def registration_rows(client: redis.Redis, server: Any, context: Context) -> lis
                                                enumerate([nodes] * 3 + [scale.single_nodes]))
     tree_one_shard = pages_of(context.seed + 4, nodes, ONE_SHARD)
     tree_replicas = pages_of(context.seed + 5, nodes)
+    tree_legacy = pages_of(context.seed + 6, nodes)
     mha, mla, path_b, single, one_shard, replicated = (open_index(server, namespace=f"reg{n}")
                                                        for n in range(6))
+    legacy = open_index(server, namespace="reg-legacy", shard_count=LEGACY_SHARDS)
+    shards = mha.settings.shard_count
     replicated.mount_segment(SEGMENT, 1 << 50)
     replica = [(SEGMENT, "/mnt/kv/segment-0/0123456789abcdef", "disk")]
     shard_keys = [f"bench:{{00}}:{name}" for name in SHARD_KEY_NAMES]
@@ -108,6 +115,7 @@ def registration_rows(client: redis.Redis, server: Any, context: Context) -> lis
         checked(path_b.batch_put_start([(page, OBJECT_BYTES, None) for page, _ in group]))
         checked(path_b.batch_put_end([page for page, _ in group]))
     mha_keys = [key for key, _, _ in put_items(tree_mha)]
+    legacy_keys = [key for key, _, _ in put_items(tree_legacy)]
     warm = tree_single.pop(0)  # the first write reads Redis TIME once for link epochs
     single.put_start(warm[0], OBJECT_BYTES, warm[1])
     rows = [
@@ -117,16 +125,25 @@ def registration_rows(client: redis.Redis, server: Any, context: Context) -> lis
         row("ceiling: pipelined empty shard script (_lib.lua)", "call", nodes,
             measure(client, script_ceiling(client, empty_shard, shard_keys, HEADER, nodes,
                                            size))),
-        row(f"batch_put_start, 2 objects/node, with parent ({size} nodes/call)", "node", nodes,
+        row(f"batch_put_start, 2 objects/node, with parent ({size} nodes/call, {shards} "
+            "shards)", "node", nodes,
             measure(client, batches("batch_put_start MHA", chunks(tree_mha, size),
                                     put_pages(mha)))),
+        row(f"batch_put_start, 2 objects/node, with parent ({size} nodes/call, "
+            f"{LEGACY_SHARDS} shards)", "node", nodes,
+            measure(client, batches("batch_put_start 256 shards", chunks(tree_legacy, size),
+                                    put_pages(legacy)))),
         row(f"batch_put_start, 2 objects/node, with parent, all pages in shard {ONE_SHARD} "
             f"({size} nodes/call)", "node", nodes,
             measure(client, batches("batch_put_start one shard", chunks(tree_one_shard, size),
                                     put_pages(one_shard)))),
-        row(f"batch_put_end, 2 objects/node ({size} nodes/call)", "node", nodes,
-            measure(client, batches("batch_put_end", chunks(mha_keys, 2 * size),
-                                    lambda g: checked(mha.batch_put_end(g))))),
+        row(f"batch_put_end, 2 objects/node ({size} nodes/call, {shards} shards)", "node",
+            nodes, measure(client, batches("batch_put_end", chunks(mha_keys, 2 * size),
+                                           lambda g: checked(mha.batch_put_end(g))))),
+        row(f"batch_put_end, 2 objects/node ({size} nodes/call, {LEGACY_SHARDS} shards)",
+            "node", nodes, measure(client, batches(
+                "batch_put_end 256 shards", chunks(legacy_keys, 2 * size),
+                lambda g: checked(legacy.batch_put_end(g))))),
         row(f"batch_put_start, 1 object/node (MLA), with parent ({size} nodes/call)", "node",
             nodes, measure(client, batches(
                 "batch_put_start MLA", chunks(tree_mla, size),
@@ -148,7 +165,7 @@ def registration_rows(client: redis.Redis, server: Any, context: Context) -> lis
             measure(client, batches("put_start", tree_single,
                                     lambda p: single.put_start(p[0], OBJECT_BYTES, p[1])))),
     ]
-    for index in (mha, mla, path_b, single, one_shard, replicated):
+    for index in (mha, mla, path_b, single, one_shard, replicated, legacy):
         index.close()
     return rows
 

@@ -6,7 +6,7 @@ A shard's limit is, until a keeper writes one, its even share of capacity_bytes 
 up). The keeper (every eviction job, the monitor, a change of capacity) reads every
 shard's usage and gives each shard its usage plus an even share of the free space, so the
 limits add up to capacity_bytes: the store never goes over capacity, and a shard that
-holds more than its share (hashes are uniform; a shard is 1/256 of the keys) can still
+holds more than its share (hashes are uniform; a shard is 1/shard_count of the keys) can still
 grow while there is room anywhere. The cost: a put is refused when its own shard's limit
 is reached although other shards have room, until the next keeper run (docs/ARCHITECTURE.md
 measures how early that happens).
@@ -20,14 +20,13 @@ from dataclasses import dataclass
 from .context import Context
 from .errors import MooncakeRedisError
 from .models import Usage
-from .prefix import SHARD_COUNT
 from .segment_registry import Segment, parse_registry
 from .values import to_int
 
 
-def default_shard_limit(capacity_bytes: int) -> int:
+def default_shard_limit(capacity_bytes: int, shard_count: int) -> int:
     """A shard's limit before any keeper ran: its even share (0 = unlimited)."""
-    return -(-capacity_bytes // SHARD_COUNT) if capacity_bytes else 0
+    return -(-capacity_bytes // shard_count) if capacity_bytes else 0
 
 
 @dataclass(frozen=True)
@@ -103,7 +102,7 @@ def rebalance(ctx: Context) -> list[ShardUsage]:
                               retry_safe=True)
     else:
         free = max(0, capacity - sum(s.used_bytes for s in shards))
-        share = free // SHARD_COUNT
+        share = free // len(shards)
         for shard in shards:
             batch.command("HSET", ctx.schema.shard_keys(shard.shard).stats, "limit",
                           shard.used_bytes + share, retry_safe=True)

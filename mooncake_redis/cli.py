@@ -103,7 +103,8 @@ def admission_limits(index: Index) -> str:
     if not capacity:
         return "no limit (capacity unlimited)"
     if not limits:
-        return (f"{human_bytes(default_shard_limit(capacity))} per shard, an even share of "
+        share = default_shard_limit(capacity, index.settings.shard_count)
+        return (f"{human_bytes(share)} per shard, an even share of "
                 "capacity (no keeper has rebalanced yet)")
     return (f"per-shard limits {human_bytes(min(limits))} .. {human_bytes(max(limits))} (set "
             "by the last keeper run: eviction, monitor, capacity change)")
@@ -129,7 +130,8 @@ def full_hash(index: Index, text: str) -> str:
     if not HASH_PREFIX.fullmatch(start):
         return text
     found: list[str] = []
-    for page in scan_node_keys(index.ctx, start[:2], start):
+    shard = index.ctx.shard(start.ljust(64, "0"))  # the first byte decides the shard
+    for page in scan_node_keys(index.ctx, shard, start):
         found += [index.ctx.schema.hash_of_node_key(key) for key in page]
         if len(found) > 1:
             raise AmbiguousHash(f"hash prefix {start!r} begins more than one node's hash "

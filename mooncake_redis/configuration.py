@@ -33,6 +33,8 @@ def reset_settings(ctx: Context, names: Iterable[str]) -> Settings:
     cannot be read is mended this way too); the rules of change_settings apply."""
     defaults = Settings()
     values = {name: getattr(defaults, coerce_name(name)) for name in names}
+    if "shard_count" in values:
+        raise ConfigurationError(FIXED_SHARD_COUNT)
     _refuse(ctx, values)
     check_settings(replace(ctx.reload_settings(), **values))
     if values:
@@ -52,7 +54,14 @@ def coerce_name(name: Any) -> str:
     return str(name)
 
 
+FIXED_SHARD_COUNT = (
+    "shard_count is fixed when a namespace is created (every key's place depends on it): "
+    "give Index(..., shard_count=N) to a namespace that does not exist yet")
+
+
 def _refuse(ctx: Context, values: Mapping[str, Any]) -> None:
+    if "shard_count" in values and values["shard_count"] != ctx.reload_settings().shard_count:
+        raise ConfigurationError(FIXED_SHARD_COUNT)
     if "capacity_bytes" in values and ctx.reload_settings() and ctx.segments:
         raise ConfigurationError(
             "capacity_bytes: the namespace's capacity is the sum of its mounted segments "

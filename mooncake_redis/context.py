@@ -19,7 +19,7 @@ from .connection import is_in_process
 from .errors import ConfigurationError, InvalidArgument
 from .executor import Batch, Executor, Policy
 from .keys import KeySchema
-from .prefix import ALL_SHARDS, extractor_named, shard_of, split_key
+from .prefix import LEGACY_SHARD_COUNT, NEW_SHARD_COUNT, extractor_named, split_key
 from .scripts import Scripts, ShardCall, ShardCalls
 from .segment_registry import Segment, parse_registry, segment_capacity
 from .settings import (
@@ -64,9 +64,28 @@ def warn_if_redis_evicts(client: Any) -> None:
                     "doctor)", policy)
 
 
-STRUCTURAL_SETTINGS = ("prefix_extractor", "enable_radix_tree")
-"""Settings that decide where objects live and how nodes link: changing the extractor, or
-turning the tree off, would leave stored nodes unreachable or their links wrong."""
+STRUCTURAL_SETTINGS = ("prefix_extractor", "enable_radix_tree", "shard_count")
+"""Settings that decide where objects live and how nodes link: changing the extractor or
+the shard count, or turning the tree off, would leave stored nodes unreachable or their
+links wrong."""
+
+
+def holds_nodes(client: Any, schema: KeySchema) -> bool:
+    """Whether any shard of the namespace counts a node (one pipeline of HGETs)."""
+    pipe = client.pipeline(transaction=False)
+    for shard in schema.shards:
+        pipe.hget(schema.shard_keys(shard).stats, "nodes")
+    return any(to_int(nodes) > 0 for nodes in pipe.execute())
+
+
+def with_layout(client: Any, namespace: str, stored: Mapping[str, str]) -> dict[str, str]:
+    """The stored settings with the shard count a namespace stored before the setting
+    existed has (256, its layout) when it holds nodes and none is stored. A new
+    namespace's count is stored by its first writable client (Context.open)."""
+    if "shard_count" in stored or not holds_nodes(client, KeySchema(namespace,
+                                                                   LEGACY_SHARD_COUNT)):
+        return dict(stored)
+    return {**stored, "shard_count": encode(LEGACY_SHARD_COUNT)}
 
 
 def refuse_stranding(client: Any, schema: KeySchema, current: Settings,
@@ -79,10 +98,7 @@ def refuse_stranding(client: Any, schema: KeySchema, current: Settings,
                  and not (name == "enable_radix_tree" and changes[name])]
     if not stranding:
         return
-    pipe = client.pipeline(transaction=False)
-    for shard in ALL_SHARDS:
-        pipe.hget(schema.shard_keys(shard).stats, "nodes")
-    if any(to_int(nodes) > 0 for nodes in pipe.execute()):
+    if holds_nodes(client, schema):
         raise ConfigurationError(
             f"refusing to change {', '.join(stranding)} on namespace {schema.namespace!r}, "
             "which holds nodes: existing objects would be unreachable or their links wrong. "
@@ -141,7 +157,8 @@ class Context:
                  stored: Mapping[str, str], segments: Mapping[str, str],
                  token: str | None = None):
         self.client = client
-        self.schema = KeySchema(namespace)
+        self.schema = KeySchema(namespace, LEGACY_SHARD_COUNT)
+        """The namespace's keys; rebuilt by _apply_settings for its shard_count."""
         self.scripts = shared_scripts(shebang=not is_in_process(client))
         self.options = options
         self.executor = Executor(client, self.scripts.all, Policy(
@@ -179,9 +196,17 @@ class Context:
         pipe.hgetall(schema.settings)
         pipe.hgetall(schema.segments)
         stored, segments = pipe.execute()
+        recorded = stored
+        stored = with_layout(client, namespace, stored)
         current, unreadable = read_stored(stored)
         if unreadable and strict:
             raise ConfigurationError(unreadable_message(schema.settings, unreadable))
+        if "shard_count" in unreadable:  # the layout cannot be guessed: no default is safe
+            raise ConfigurationError(
+                f"{schema.settings} has shard_count={unreadable['shard_count'][:80]!r}, which "
+                "cannot be read; every key's place depends on it. Mend it with redis-cli: "
+                f"HSET {schema.settings} shard_count N, N being the count the namespace was "
+                "created with (16 by default since the setting exists, 256 before it)")
         for name, value in given.items():
             if name in stored and name not in unreadable and getattr(current, name) != value:
                 message = (f"{schema.settings} has {name}={getattr(current, name)!r}; ignoring "
@@ -191,9 +216,16 @@ class Context:
                     raise ConfigurationError(message)
                 log.warning(message)
         missing = {name: value for name, value in given.items() if name not in stored}
-        if missing and not read_only:
+        if "shard_count" not in stored:  # a new namespace: its layout is recorded now
+            missing.setdefault("shard_count", NEW_SHARD_COUNT)
+        elif "shard_count" not in recorded:  # an old one's: recorded as it is
+            missing["shard_count"] = LEGACY_SHARD_COUNT
+        if read_only and "shard_count" in missing:  # the layout is used, not written
+            stored = {**stored, "shard_count": encode(missing["shard_count"])}
+        elif missing and not read_only:
             settings_from(missing, base=current)  # refuse a bad combination before writing
-            refuse_stranding(client, schema, current, missing)
+            refuse_stranding(client, KeySchema(namespace, current.shard_count), current,
+                             missing)
             pipe = client.pipeline(transaction=False)
             for name, value in missing.items():
                 pipe.hsetnx(schema.settings, name, encode(value))
@@ -207,6 +239,8 @@ class Context:
     def _apply_settings(self, settings: Settings) -> None:
         """Use these settings; while segments are registered the capacity is theirs."""
         self._stored_settings = settings
+        if settings.shard_count != self.schema.shard_count:
+            self.schema = KeySchema(self.schema.namespace, settings.shard_count)
         self.stored_capacity_bytes = settings.capacity_bytes
         capacity = segment_capacity(self.segments)
         if capacity is not None:
@@ -230,6 +264,8 @@ class Context:
         for reply in (stored, segments):
             if isinstance(reply, Exception):
                 raise reply
+        stored = {"shard_count": encode(self.schema.shard_count), **stored}  # a read-only
+        # client of a namespace with no count stored keeps the layout it found at open
         self.segments = parse_registry(segments)
         self._apply_settings(self._readable(stored, self._stored_settings))
         self._settings_read_at = time.monotonic()
@@ -248,7 +284,11 @@ class Context:
         new = settings_from(changes, base=self.reload_settings())
         values = {name: encode(getattr(new, name)) for name in changes}
         if values:
-            self.client.hset(self.schema.settings, mapping=values)
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hset(self.schema.settings, mapping=values)
+            # the layout too, where a read-only open found none recorded (and then wrote)
+            pipe.hsetnx(self.schema.settings, "shard_count", encode(self.schema.shard_count))
+            pipe.execute()
         self._apply_settings(new)
         return new
 
@@ -360,10 +400,10 @@ class Context:
             "without one is its own prefix)", prefix_hash=text)
 
     def shard(self, prefix_hash: str) -> str:
-        return shard_of(prefix_hash)
+        return self.schema.shard(prefix_hash)
 
     def all_shards(self) -> tuple[str, ...]:
-        return ALL_SHARDS
+        return self.schema.shards
 
     def with_settings(self, **changes: Any) -> Context:
         """A copy that sees other settings (tests and tools only; nothing is stored)."""

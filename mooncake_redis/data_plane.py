@@ -32,7 +32,6 @@ from .eviction import ROUND_LIMIT
 from .index import Index
 from .models import ObjectInfo, Replica, Result
 from .objects import object_info
-from .prefix import SHARD_COUNT
 from .values import object_field
 
 log = logging.getLogger(__name__)
@@ -299,8 +298,8 @@ def _delete(stores: Mapping[str, Sequence[FileByteStore]],
 
 def room_for(index: Index, pages: Sequence[Page]) -> float:
     """The eviction target that leaves room for these pages. Admission gives each of the
-    SHARD_COUNT shards its usage plus an even share of the free space (admission.py), so a
-    shard takes k more pages only while the free space is at least SHARD_COUNT times
+    namespace's shards its usage plus an even share of the free space (admission.py), so a
+    shard takes k more pages only while the free space is at least shard_count times
     their bytes: with a capacity of a few thousand pages, the usual target
     (high_watermark - eviction_ratio) may leave less than that."""
     settings = index.settings
@@ -310,6 +309,6 @@ def room_for(index: Index, pages: Sequence[Page]) -> float:
     for page in pages:
         shard = index.ctx.shard(index.ctx.split(page.key)[0])
         per_shard[shard] = per_shard.get(shard, 0) + len(page.data)
-    need = SHARD_COUNT * max(per_shard.values(), default=0)
+    need = settings.shard_count * max(per_shard.values(), default=0)
     room = 1 - need / settings.capacity_bytes - settings.eviction_ratio
     return max(0.0, min(settings.eviction_target_ratio, room))

@@ -22,8 +22,9 @@ LAYERS, KV_HEADS, HEAD_DIM, DTYPE_BYTES = 32, 8, 128, 2
 KV_OBJECT_BYTES = DTYPE_BYTES * LAYERS * (KV_HEADS // TP_RANKS) * HEAD_DIM * PAGE_TOKENS
 """One page's K (or V) on one rank: 512 KiB, so 1 MiB of KV per page and rank."""
 DEMO_CAPACITY_BYTES = 64 << 30
-"""Admission is a per-shard byte limit (capacity/256 until a keeper rebalances), so the
-capacity must be far above 256 objects: 64 GiB gives each shard 256 MiB."""
+"""Admission is a per-shard byte limit (capacity/shard_count until a keeper rebalances),
+so the capacity must be far above shard_count objects: 64 GiB gives each of 16 shards
+4 GiB (each of 256, 256 MiB)."""
 SQUEEZE_ABOVE_WATERMARK = 0.05
 
 
@@ -103,10 +104,11 @@ def serve(index: Index, conversations: int, turns: int, seed: int,
 
 
 def is_fresh(index: Index) -> bool:
-    """No objects, no nodes and no stored settings: nobody has used this namespace."""
+    """No objects, no nodes and no stored settings (but the shard count its first client
+    records): nobody has used this namespace."""
     usage = index.usage()
     return not usage.objects and not usage.nodes and \
-        not index.client.exists(index.ctx.schema.settings)
+        set(index.client.hkeys(index.ctx.schema.settings)) <= {"shard_count"}
 
 
 def reset(index: Index) -> int:

@@ -1,4 +1,4 @@
-"""Events: what changed in a namespace, read from its 256 shard streams (docs/EVENTS.md).
+"""Events: what changed in a namespace, read from its shards' streams (docs/EVENTS.md).
 
 Every script that stores or deletes an object appends one entry to its shard's stream
 (`<ns>:{xy}:events`) in the same atomic step as the change, so a reader sees exactly the
@@ -13,7 +13,7 @@ Each read is one `read_events` script per shard (lua/read_events.lua) that also 
 in the same atomic step, whether the stream's cap trimmed entries the reader had not read:
 the consumer then yields an `EventsLost` marker for that shard, and `list_shard` gives
 its current objects to start again from. On a single Redis one blocking XREAD over all
-256 streams waits for news; on a cluster (where a multi-key XREAD across slots is
+its streams waits for news; on a cluster (where a multi-key XREAD across slots is
 CROSSSLOT) and in process, one XRANGE per shard, sent per node, polls.
 """
 

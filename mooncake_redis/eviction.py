@@ -44,7 +44,7 @@ MIN_HEAD_PER_SHARD = 8
 """Each refill reads at least this many leaves of a shard's index."""
 
 USAGE_REREAD_ROUNDS = 8
-"""A job counts down from the bytes it frees and re-reads the shards' usage (256 reads)
+"""A job counts down from the bytes it frees and re-reads the shards' usage (one read a shard)
 every this many rounds, and before it stops at the target."""
 
 job_observers: list[Callable[[str, EvictionReport], None]] = []

@@ -36,7 +36,6 @@ from .links import (
     stands_for_a_link,
 )
 from .matching import scan_node_keys
-from .prefix import shard_of
 from .rescoring import repair_nodes
 from .values import (
     NodeFields,
@@ -152,10 +151,10 @@ class _Checker:
             kept = []
             for key in node_keys[tag]:
                 prefix_hash = self.ctx.schema.hash_of_node_key(key)
-                if shard_of(prefix_hash) != tag:
+                if self.ctx.shard(prefix_hash) != tag:
                     self.report.add("node_misplaced",
                                     f"{key}: node {prefix_hash} belongs in shard "
-                                    f"{shard_of(prefix_hash)}; no client can reach it here")
+                                    f"{self.ctx.shard(prefix_hash)}; no client can reach it here")
                     self._delete(key)
                 else:
                     kept.append(key)
@@ -354,7 +353,7 @@ class _Checker:
 
     def _drop_fields(self, prefix_hash: str, fields: dict[str, str]) -> None:
         """Drop the node's fields that still hold these values (lua/scrub.lua)."""
-        call = self.ctx.shard_call("scrub", shard_of(prefix_hash), prefix_hash)
+        call = self.ctx.shard_call("scrub", self.ctx.shard(prefix_hash), prefix_hash)
         call.node(prefix_hash)
         for name, value in fields.items():
             call.args += [name, value]

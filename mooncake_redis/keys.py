@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass
 
 from .errors import ConfigurationError
-from .prefix import shard_of
+from .prefix import LEGACY_SHARD_COUNT, shard_names, shard_of
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _NAMESPACE_MARKER = re.compile(r"([A-Za-z0-9_.-]{1,64}):(?:settings|\{[0-9a-f]{2}\}:stats)")
@@ -75,13 +75,20 @@ class ShardKeys:
 class KeySchema:
     """Builds key names for one namespace."""
 
-    def __init__(self, namespace: str):
+    def __init__(self, namespace: str, shard_count: int = LEGACY_SHARD_COUNT):
         if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
             raise ConfigurationError(
                 f"namespace {namespace!r} must be 1-64 characters of letters, digits, '_', '.', '-'"
             )
         self.namespace = namespace
+        self.shard_count = shard_count
+        """The namespace's shard count (its `shard_count` setting, fixed at creation)."""
+        self.shards = shard_names(shard_count)
         self._shards: dict[str, ShardKeys] = {}
+
+    def shard(self, prefix_hash: str) -> str:
+        """The shard a prefix's node lives in."""
+        return shard_of(prefix_hash, self.shard_count)
 
     def tag(self, shard: str) -> str:
         return f"{self.namespace}:{{{shard}}}"
@@ -96,7 +103,7 @@ class KeySchema:
 
     def node(self, prefix_hash: str) -> str:
         """The node hash of a prefix: it holds the node and every object of the prefix."""
-        return f"{self.namespace}:{{{shard_of(prefix_hash)}}}:n:{prefix_hash}"
+        return f"{self.namespace}:{{{shard_of(prefix_hash, self.shard_count)}}}:n:{prefix_hash}"
 
     def node_prefix(self, shard: str) -> str:
         """What every node key of a shard starts with (for SCAN MATCH)."""

@@ -21,7 +21,6 @@ from .cli_support import (
 )
 from .doctor import examine
 from .fsck import FsckReport, check
-from .prefix import SHARD_COUNT
 from .render import plural, resolver_summary
 from .urls import safe_url
 
@@ -33,7 +32,8 @@ def cmd_fsck(args: argparse.Namespace) -> int:
                     code=USAGE)
     index = open_index(args, read_only=not args.repair, must_exist=True)
     shards = args.shard or None
-    with tqdm(total=len(shards) if shards else SHARD_COUNT, unit="shard", desc="fsck",
+    total = len(shards) if shards else len(index.ctx.all_shards())
+    with tqdm(total=total, unit="shard", desc="fsck",
               leave=False, disable=True if args.quiet else None) as bar:  # only on a TTY
         report = check(index.ctx, repair=args.repair, shards=shards, progress=bar.update)
     if args.json:
@@ -111,7 +111,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="run the resolver and repair what can be repaired without losing "
                            "data")
     fsck.add_argument("--shard", action="append", type=shard,
-                      help="only this shard (repeatable; default: all 256, and cycles)")
+                      help="only this shard (repeatable; default: all, and cycles)")
     fsck.add_argument("--show", type=at_least(0), default=20, help="problems listed (default: 20)")
     fsck.add_argument("--quiet", action="store_true", help="no progress bar")
     add_json_option(fsck)

@@ -34,15 +34,20 @@ def find_namespaces(client: Any) -> list[str]:
 
 
 def namespace_exists(ctx: Context) -> bool:
-    """Whether the namespace holds anything: stored settings, a segment registry, or any
-    shard's stats (written by its first write). One round trip (per node on a cluster)."""
+    """Whether the namespace holds anything: stored settings (besides the shard count,
+    which any writable client records when it opens a new namespace, a mistyped one too),
+    a segment registry, or any shard's stats (written by its first write). One round trip
+    (per node on a cluster)."""
     batch = ctx.batch()
-    keys = [ctx.schema.settings, ctx.schema.segments,
-            *(ctx.schema.shard_keys(shard).stats for shard in ctx.all_shards())]
-    for key in keys:
+    batch.command("HKEYS", ctx.schema.settings)
+    for key in [ctx.schema.segments,
+                *(ctx.schema.shard_keys(shard).stats for shard in ctx.all_shards())]:
         batch.command("EXISTS", key)
-    return any(reply is True or (isinstance(reply, int) and reply > 0)
-               for reply in batch.execute())
+    settings, *others = batch.execute()
+    if isinstance(settings, Exception):
+        raise settings
+    return bool(set(settings) - {"shard_count"}) or any(
+        reply is True or (isinstance(reply, int) and reply > 0) for reply in others)
 
 
 def namespace_usages(client: Any) -> list[NamespaceUsage]:

@@ -17,8 +17,23 @@ import blake3
 from .errors import ConfigurationError, InvalidArgument
 
 PREFIX_HASH_LENGTH = 64
-SHARD_COUNT = 256
-ALL_SHARDS = tuple(f"{i:02x}" for i in range(SHARD_COUNT))
+LEGACY_SHARD_COUNT = 256
+"""The shard count of namespaces stored before it was a setting (data model v2)."""
+NEW_SHARD_COUNT = 16
+"""The shard count a new namespace gets: a 200-page batch then takes about 16 script
+calls a step instead of about 140 (docs/ARCHITECTURE.md, Shards)."""
+SHARD_COUNTS = tuple(1 << i for i in range(9))
+"""The shard counts a namespace may have: powers of two up to 256, so every shard gets
+an equal share of uniform hashes."""
+
+
+@functools.cache
+def shard_names(shard_count: int) -> tuple[str, ...]:
+    """The shards of a namespace of `shard_count` shards: "00", "01", ... in hex."""
+    return tuple(f"{i:02x}" for i in range(shard_count))
+
+
+ALL_SHARDS = shard_names(LEGACY_SHARD_COUNT)
 
 PrefixExtractor = Callable[[str], str]
 
@@ -106,12 +121,18 @@ def is_digest(prefix_hash: str) -> bool:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def shard_of(prefix_hash: str) -> str:
-    """Two lowercase hex digits: the hash's own first two when it is a 64-hex digest
-    (uniform already), else the first two of blake3(prefix_hash)."""
+def shard_of(prefix_hash: str, shard_count: int = LEGACY_SHARD_COUNT) -> str:
+    """Two lowercase hex digits naming one of `shard_count` shards, from the hash's own
+    first byte when it is a 64-hex digest (uniform already), else from the first byte of
+    blake3(prefix_hash). With 256 shards that byte is the shard; with fewer, its top bits
+    (16 shards: "00"-"0f", the hash's first hex digit)."""
     if len(prefix_hash) == PREFIX_HASH_LENGTH and _HEX64.fullmatch(prefix_hash):
-        return prefix_hash[:2]
-    return blake3.blake3(prefix_hash.encode()).hexdigest()[:2]
+        first = prefix_hash[:2]
+    else:
+        first = blake3.blake3(prefix_hash.encode()).hexdigest()[:2]
+    if shard_count == LEGACY_SHARD_COUNT:
+        return first
+    return f"{int(first, 16) * shard_count // LEGACY_SHARD_COUNT:02x}"
 
 
 def split_key(extractor: PrefixExtractor, key: str) -> tuple[str, str]:

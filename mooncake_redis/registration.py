@@ -156,7 +156,7 @@ def _send(ctx: Context, todo: list[Write], mode: str) -> _Sent:
         add_link(links, ctx, parent, child, sent.epoch, tag=(child, parent),
                  parent_written=parent in written)
     puts = ctx.calls("put_start", batch_id, settings.put_start_discard_timeout_ms,
-                     default_shard_limit(settings.capacity_bytes), mode)
+                     default_shard_limit(settings.capacity_bytes, settings.shard_count), mode)
     registers = ctx.calls("register", batch_id)
     for w in todo:
         checked = "1" if w.checked else "0"

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from .index import Index
 from .links import ResolverReport
 from .models import NodeInfo, ObjectInfo
-from .prefix import shard_of
 from .urls import RedisCli
 
 SHORT = 12
@@ -98,14 +97,14 @@ class Views:
         return lines + note
 
     def node(self, node: NodeInfo, now_ms: int, show_replies: bool = False) -> list[str]:
-        shard = self.schema.shard_keys(shard_of(node.prefix_hash))
+        shard = self.schema.shard_keys(self.schema.shard(node.prefix_hash))
         kind = "shell" if node.is_shell else "leaf" if node.is_leaf else "interior"
         parent = node.parent or "(none: a root, or not registered yet)"
         if node.parent and node.parent_epoch is not None:
             parent += f" (link epoch {node.parent_epoch})"
         leaf_index = shard.soft_leaves if node.soft_pins else shard.leaves
         lines = [
-            f"node {node.prefix_hash} ({kind}, shard {shard_of(node.prefix_hash)})",
+            f"node {node.prefix_hash} ({kind}, shard {self.schema.shard(node.prefix_hash)})",
             f"  parent      {parent}",
             f"  children    {plural(len(node.children), 'child', 'children')}",
             *_listed(node.children),

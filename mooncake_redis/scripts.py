@@ -14,7 +14,6 @@ from typing import Any, Generic, TypeVar
 
 from .executor import Batch, CrossSlotCall, LuaScript
 from .keys import KeySchema
-from .prefix import shard_of
 
 T = TypeVar("T")
 
@@ -85,9 +84,9 @@ class ShardCall:
         """KEYS index (1-based, as Lua counts) of the prefix's node key."""
         index = self._node_index.get(prefix_hash)
         if index is None:
-            if shard_of(prefix_hash) != self.shard:
+            if self.schema.shard(prefix_hash) != self.shard:
                 raise CrossSlotCall(f"script {self.script.name} for shard {self.shard} got "
-                                    f"node {prefix_hash} of shard {shard_of(prefix_hash)}")
+                                    f"node {prefix_hash} of shard {self.schema.shard(prefix_hash)}")
             self.keys.append(self.schema.node(prefix_hash))
             index = self._node_index[prefix_hash] = len(self.keys)
         return index

@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from .errors import ConfigurationError
-from .prefix import extractor_named
+from .prefix import LEGACY_SHARD_COUNT, NEW_SHARD_COUNT, SHARD_COUNTS, extractor_named
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +106,9 @@ class Settings:
     """The resolver settles pending links and unfinished unlinks older than this."""
 
     events_max_len: int = 128
-    """Events kept per shard stream (approximate, MAXLEN ~); 0 = no events. All 256
-    streams together hold about 256 x this many entries (~270 B each); a consumer that
+    """Events kept per shard stream (approximate, MAXLEN ~); 0 = no events. The
+    shard_count streams together hold about shard_count x this many entries (~270 B
+    each); a consumer that
     reads slower than that must raise it (docs/ARCHITECTURE.md, events)."""
 
     soft_pin_ttl_ms: int = 1_800_000
@@ -118,6 +119,14 @@ class Settings:
     segment_heartbeat_timeout_ms: int = 0
     """A mounted segment whose owner sent no segment_heartbeat for this long is unmounted
     by the monitor; 0 = never (segments stay until unmount_segment)."""
+
+    shard_count: int = NEW_SHARD_COUNT
+    """How many shards the namespace's keys spread over (a power of two, 1-256), fixed
+    when the namespace is created and stored then, by its first client; a namespace that
+    holds nodes but no stored count was created before this setting existed and has 256,
+    its layout (its next writable client stores that).
+    Fewer shards carry more of a batch per script call; on a cluster they are what
+    spreads a namespace over masters (docs/CLUSTER.md)."""
 
     @property
     def eviction_target_ratio(self) -> float:
@@ -146,6 +155,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "events_max_len": (0, 10_000_000),
     "soft_pin_ttl_ms": (0, 30 * 24 * 3600 * 1000),
     "segment_heartbeat_timeout_ms": (0, 24 * 3600 * 1000),
+    "shard_count": (1, LEGACY_SHARD_COUNT),
 }
 
 
@@ -230,6 +240,9 @@ def coerce(name: str, value: Any) -> Any:
                                  f"{bounds[1]:g}]")
     if name == "prefix_extractor":
         extractor_named(result)
+    if name == "shard_count" and result not in SHARD_COUNTS:
+        raise ConfigurationError(f"setting shard_count={result!r} must be a power of two "
+                                 f"from 1 to {LEGACY_SHARD_COUNT}")
     return result
 
 

@@ -10,9 +10,10 @@ import pytest
 from helpers import assert_consistent
 
 from mooncake_redis import Index, InvalidArgument, NoSpace, waiting
+from mooncake_redis.prefix import NEW_SHARD_COUNT as SHARDS
 
 SHARD_SHARE = 1000
-"""Capacity per shard: 256 x this in all."""
+"""Capacity per shard: SHARDS x this in all."""
 
 
 @pytest.fixture(autouse=True)
@@ -24,20 +25,20 @@ def no_index_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def in_shard(shard: int, name: str) -> str:
     """An object key whose page hash lies in the given shard."""
-    return f"{shard:02x}{name.encode().hex():0<62}"[:64] + "_0_k"
+    return f"{shard:x}{name.encode().hex():0<63}"[:64] + "_0_k"  # 16 shards: the 1st digit
 
 
 def full_store(redis_url: str, **settings: object) -> Index:
     """Every shard holds one complete, evictable object of 950 bytes: 95% of capacity,
     above the high watermark, and 50 bytes left in each shard's share. An eviction job
-    frees down to 85% and its keeper gives each shard its usage plus 1/256 of the free
+    frees down to 85% and its keeper gives each shard its usage plus 1/SHARDS of the free
     space: 150 bytes more."""
-    index = Index.from_url(redis_url, namespace="wait", capacity_bytes=256 * SHARD_SHARE,
+    index = Index.from_url(redis_url, namespace="wait", capacity_bytes=SHARDS * SHARD_SHARE,
                            lease_ttl_ms=1, **settings)
-    keys = [in_shard(shard, "old") for shard in range(256)]
+    keys = [in_shard(shard, "old") for shard in range(SHARDS)]
     index.batch_put_start([(key, 950) for key in keys])
     index.batch_put_end(keys)
-    assert index.usage().used_bytes == 256 * 950
+    assert index.usage().used_bytes == SHARDS * 950
     return index
 
 
@@ -48,7 +49,7 @@ def test_without_a_wait_a_full_store_refuses_at_once_and_evicts_nothing(
     with pytest.raises(NoSpace):
         index.put_start(new, 100)
     assert index.object_info(new) is None
-    assert index.usage().objects == 256  # no queue, no wait: nothing evicts
+    assert index.usage().objects == SHARDS  # no queue, no wait: nothing evicts
 
 
 def test_with_a_wait_the_put_runs_an_eviction_job_and_succeeds(redis_url: str) -> None:
@@ -59,8 +60,8 @@ def test_with_a_wait_the_put_runs_an_eviction_job_and_succeeds(redis_url: str) -
     assert info is not None and info.size == 100 and info.state == "processing"
     usage = index.usage()
     target = index.settings.eviction_target_ratio * usage.capacity_bytes
-    evicted = 256 - (usage.objects - 1)
-    assert evicted > 0 and usage.used_bytes == (256 - evicted) * 950 + 100
+    evicted = SHARDS - (usage.objects - 1)
+    assert evicted > 0 and usage.used_bytes == (SHARDS - evicted) * 950 + 100
     assert usage.used_bytes - 100 <= target  # the job ran down to its target
     assert_consistent(index)
 
@@ -105,10 +106,10 @@ def test_a_put_that_cannot_fit_still_reports_no_space_after_the_wait(
     clock = StepClock()
     monkeypatch.setattr(waiting, "time", clock)
     with pytest.raises(NoSpace):  # bigger than the whole capacity: no eviction helps
-        index.put_start(too_big, 256 * SHARD_SHARE + 1, wait_ms=1000)
+        index.put_start(too_big, SHARDS * SHARD_SHARE + 1, wait_ms=1000)
     assert clock.now >= 1.0 and len(clock.sleeps) > 1  # it waited the whole second, resending
     assert index.object_info(too_big) is None
-    assert index.usage().used_bytes <= index.settings.eviction_target_ratio * 256 * SHARD_SHARE
+    assert index.usage().used_bytes <= index.settings.eviction_target_ratio * SHARDS * SHARD_SHARE
 
 
 def test_wait_ms_must_be_a_non_negative_int(redis_url: str) -> None:

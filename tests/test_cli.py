@@ -114,21 +114,23 @@ def test_inspect_tree_and_stats_on_real_redis(redis_url: str,
 
     assert main([*common, "inspect", A]) == 0
     out = capsys.readouterr().out
-    assert f"node {A} (interior, shard {A[:2]})" in out
+    assert f"node {A} (interior, shard {index.ctx.shard(A)})" in out
     assert "children    2 children" in out and "keys        1 key\n" in out
-    assert f"{cli} HGETALL 'cli:{{{A[:2]}}}:n:{A}'" in out
-    assert f"{cli} ZSCORE 'cli:{{{A[:2]}}}:leaves' {A}" in out
+    assert f"{cli} HGETALL 'cli:{{{index.ctx.shard(A)}}}:n:{A}'" in out
+    assert f"{cli} ZSCORE 'cli:{{{index.ctx.shard(A)}}}:leaves' {A}" in out
     assert "eviction    not a leaf (it has children)" in out
 
     assert main([*common, "inspect", C]) == 0
     out = capsys.readouterr().out
-    assert f"node {C} (leaf, shard {C[:2]})" in out and f"parent      {A} (link epoch" in out
+    assert f"node {C} (leaf, shard {index.ctx.shard(C)})" in out
+    assert f"parent      {A} (link epoch" in out
     assert "1 soft pin, 0 hard pins" in out and "processing  1" in out
-    assert f"ZSCORE 'cli:{{{C[:2]}}}:soft_leaves' {C}" in out
+    assert f"ZSCORE 'cli:{{{index.ctx.shard(C)}}}:soft_leaves' {C}" in out
 
     assert main([*common, "inspect", f"{B}_0_k"]) == 0
     out = capsys.readouterr().out
-    assert "state       complete" in out and f"{cli} HGET 'cli:{{{B[:2]}}}:n:{B}' o:_0_k" in out
+    assert "state       complete" in out
+    assert f"{cli} HGET 'cli:{{{index.ctx.shard(B)}}}:n:{B}' o:_0_k" in out
     assert "size        1024 (1.0 KiB)" in out and f"token {index.ctx.token}" in out
 
     assert main([*common, "inspect", f"{C}_0_k"]) == 0
@@ -198,8 +200,9 @@ def test_config_set_stores_settings_and_refuses_what_would_strand_data(
     assert main([*common, "config", "set", "capacity_bytes=1MiB", "high_watermark=0.8"]) == 0
     assert "capacity_bytes                 1048576 (1.0 MiB)" in capsys.readouterr().out
     assert index.client.hgetall("conf:settings") == {"capacity_bytes": "1048576",
-                                                     "high_watermark": "0.8"}
-    shard = index.ctx.schema.shard_keys(A[:2]).stats
+                                                     "high_watermark": "0.8",
+                                                     "shard_count": "16"}
+    shard = index.ctx.schema.shard_keys(index.ctx.shard(A)).stats
     assert int(index.client.hget(shard, "limit")) > 0  # a new capacity rebalances shards
     assert main([*common, "config", "set", "prefix_extractor=tagged"]) == 1  # refused
     assert "refusing to change prefix_extractor" in capsys.readouterr().err
@@ -444,13 +447,13 @@ def test_namespaces_lists_each_namespace_with_its_usage(
     url = request.getfixturevalue("redis_url" if backend == "redis" else "cluster_url")
     alpha = Index.from_url(url, namespace="alpha", capacity_bytes=1 << 20)
     build(alpha)
-    beta = Index.from_url(url, namespace="beta.2")  # no setting given: none stored
+    beta = Index.from_url(url, namespace="beta.2")  # no setting given: only the layout
     beta.put_start(f"{page('x')}_0_k", 100)
     Index.from_url(url, namespace="gamma", lease_ttl_ms=5)  # settings, no data yet
     for key in ("x:y:settings", "x:{zz}:stats", f"x:{{ab}}:n:{A}:settings"):
         alpha.client.hset(key, "a", "1")  # keys that only look like a namespace's: not listed
     alpha.client.set("plain:settings", "1")  # not a hash: not a namespace's either
-    assert beta.client.hgetall("beta.2:settings") == {}
+    assert beta.client.hgetall("beta.2:settings") == {"shard_count": "16"}
 
     listed = json_of(capsys, 0, "--url", url, "namespaces", "--json")["namespaces"]
     assert [item["namespace"] for item in listed] == ["alpha", "beta.2", "gamma"]
@@ -467,7 +470,8 @@ def test_namespaces_lists_each_namespace_with_its_usage(
     assert lines[0].split() == ["NAMESPACE", "OBJECTS", "NODES", "USED", "CAPACITY", "USED%"]
     assert lines[1].split() == ["alpha", "3", "3", "3.5", "KiB", "1.0", "MiB", "0.3%"]
     assert lines[2].split() == ["beta.2", "1", "1", "100", "B", "unlimited", "-"]
-    assert not alpha.client.exists("beta.2:settings", "plain:{00}:stats")  # read only
+    assert alpha.client.hgetall("beta.2:settings") == {"shard_count": "16"}  # read only:
+    assert not alpha.client.exists("plain:{00}:stats")  # nothing more written
 
 
 def test_namespaces_on_an_empty_redis_says_so(redis_url: str,

@@ -242,7 +242,8 @@ def test_a_wait_shortfall_raises_and_stops_the_batch_before_the_next_step(
     assert plain.get_node(child) is None
     parent_fields = node_fields(plain, parent)
     assert child in parent_fields  # the link step ran; its pending entry covers it
-    pending = plain.client.zrange(plain.ctx.schema.shard_keys(parent[:2]).pending, 0, -1)
+    shard = plain.ctx.schema.shard_keys(plain.ctx.shard(parent))
+    pending = plain.client.zrange(shard.pending, 0, -1)
     assert pending == [pending_member(parent, child, parent_fields[child])]
     assert check(plain.ctx).clean
     report = plain.resolve(grace_ms=0)

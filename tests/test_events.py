@@ -22,6 +22,7 @@ from mooncake_redis import Index
 from mooncake_redis.cli import main
 from mooncake_redis.errors import EventsLost, InvalidArgument
 from mooncake_redis.events import Event
+from mooncake_redis.prefix import NEW_SHARD_COUNT, shard_of
 
 CONSUMER = Path(__file__).with_name("events_consumer.py")
 
@@ -29,7 +30,8 @@ CONSUMER = Path(__file__).with_name("events_consumer.py")
 def pages_in_shard(shard: str, how_many: int) -> list[str]:
     """Page hashes whose node lives in the given shard."""
     found = (page(n) for n in itertools.count())
-    return list(itertools.islice((h for h in found if h.startswith(shard)), how_many))
+    return list(itertools.islice((h for h in found if shard_of(h, NEW_SHARD_COUNT) == shard),
+                                 how_many))
 
 
 def stream_entries(index: Index) -> dict[str, list[tuple[str, dict[str, str]]]]:
@@ -63,7 +65,8 @@ def test_put_remove_revoke_evict_emit_their_events_in_order_per_shard(
     events = [item for item in items if isinstance(item, Event)]
     by_shard: dict[str, list[tuple[str, str, int, str | None]]] = {}
     for event in events:
-        assert event.key == event.hash + event.suffix and event.shard == event.hash[:2]
+        assert event.key == event.hash + event.suffix
+        assert event.shard == index.ctx.shard(event.hash)
         by_shard.setdefault(event.shard, []).append((event.type, event.key, event.size,
                                                      event.parent))
     expected: dict[str, list[tuple[str, str, int, str | None]]] = {}
@@ -72,7 +75,7 @@ def test_put_remove_revoke_evict_emit_their_events_in_order_per_shard(
             ("revoked", f"{b}_1_k", 300, a), ("removed", f"{b}_0_k", 200, a),
             ("stored", f"{c}_0_k", 400, a), ("evicted", f"{c}_0_k", 400, a),
             ("evicted", f"{a}_0_k", 100, None)]:  # every type names the node's parent
-        expected.setdefault(key[:2], []).append((kind, key, size, parent))
+        expected.setdefault(index.ctx.shard(key[:64]), []).append((kind, key, size, parent))
     assert by_shard == expected
     # the events are the streams' entries, each once, in stream order
     assert {shard: [e.id for e in events if e.shard == shard] for shard in by_shard} == \
@@ -82,7 +85,7 @@ def test_put_remove_revoke_evict_emit_their_events_in_order_per_shard(
 
 def test_other_fields_are_kept_in_extra(make_index: IndexFactory) -> None:
     index = make_index()
-    stream = index.ctx.schema.shard_keys("ab").events
+    stream = index.ctx.schema.shard_keys(index.ctx.shard("ab" * 32)).events
     index.client.xadd(stream, {"type": "replaced", "hash": "ab" * 32, "suffix": "_0_k",
                                "size": "7", "replicas": "r1", "reason": "upsert"})
     (event,) = drain(index)
@@ -136,23 +139,23 @@ def test_a_consumer_that_falls_behind_is_told_and_the_listing_is_the_shard(
     group = index.events("slow", "s1", start="latest", follow=False, block_ms=10)
     plain = index.events(start="latest", follow=False, block_ms=10)
     assert list(group) == [] and list(plain) == []  # both start here
-    hashes = pages_in_shard("3c", 150)
+    hashes = pages_in_shard("03", 150)
     keys = [f"{h}_0_k" for h in hashes]
-    for start in range(0, len(keys), 50):  # 300 events in shard 3c: far over the cap
+    for start in range(0, len(keys), 50):  # 300 events in shard 03: far over the cap
         index.batch_put_start([(key, 10) for key in keys[start:start + 50]])
         index.batch_put_end(keys[start:start + 50])
     index.batch_remove(keys[:40], force=True)
-    added = index.client.xinfo_stream(index.ctx.schema.shard_keys("3c").events)["entries-added"]
-    kept = index.client.xlen(index.ctx.schema.shard_keys("3c").events)
+    added = index.client.xinfo_stream(index.ctx.schema.shard_keys("03").events)["entries-added"]
+    kept = index.client.xlen(index.ctx.schema.shard_keys("03").events)
     assert kept < added == 190  # 150 stored, 40 removed
 
     for reader in (group, plain):
         items = list(reader)
         lost = [item for item in items if isinstance(item, EventsLost)]
         events = [item for item in items if isinstance(item, Event)]
-        assert [(m.shard, m.count) for m in lost] == [("3c", added - kept)]
+        assert [(m.shard, m.count) for m in lost] == [("03", added - kept)]
         assert items[0] is lost[0]  # the marker comes before the shard's events
-        assert len(events) == kept and {e.shard for e in events} == {"3c"}
+        assert len(events) == kept and {e.shard for e in events} == {"03"}
         assert list(reader) == []  # reported once: the count starts again after it
 
     # behind again, after reading: the count went on from the right base
@@ -160,14 +163,14 @@ def test_a_consumer_that_falls_behind_is_told_and_the_listing_is_the_shard(
     for start in range(0, len(more), 50):
         index.batch_put_start([(key, 10) for key in more[start:start + 50]])
         index.batch_put_end(more[start:start + 50])
-    info = index.client.xinfo_stream(index.ctx.schema.shard_keys("3c").events)
+    info = index.client.xinfo_stream(index.ctx.schema.shard_keys("03").events)
     for reader in (group, plain):
         lost = [item for item in reader if isinstance(item, EventsLost)]
         assert [(m.shard, m.count) for m in lost] == [
-            ("3c", info["entries-added"] - info["length"] - added)]
+            ("03", info["entries-added"] - info["length"] - added)]
     keys += more
 
-    listing = list(group.list_shard("3c"))
+    listing = list(group.list_shard("03"))
     assert sorted(o.key for o in listing) == sorted(keys[40:])
     assert {(o.size, o.state, o.parent) for o in listing} == {(10, "complete", None)}
     assert all(o.key == o.hash + o.suffix for o in listing)
@@ -261,7 +264,7 @@ def test_the_cli_follows_until_sigterm_and_exits_0(redis_url: str) -> None:
         stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     # the group exists once the follower has made it; only then are new events its own
-    stream = index.ctx.schema.shard_keys(page(0)[:2]).events
+    stream = index.ctx.schema.shard_keys(index.ctx.shard(page(0))).events
 
     def group_made() -> bool:
         assert process.poll() is None, "the follower exited"

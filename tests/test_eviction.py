@@ -159,7 +159,7 @@ def test_a_read_keeps_its_leaf_and_the_oldest_unread_leaf_goes_first(index: Inde
         store(index, name)
         next_redis_millisecond(index)  # distinct completion times (scores are in ms)
     index.get(f"{page('read')}_0_k")
-    leaves = index.ctx.schema.shard_keys(page("read")[:2]).leaves
+    leaves = index.ctx.schema.shard_keys(index.ctx.shard(page("read"))).leaves
     assert index.client.zscore(leaves, page("read")) > redis_now_ms(index)
     index.set_config(capacity_bytes=30, high_watermark=0.9, eviction_ratio=0.2)
     index.evict()  # 30 used, target 21: one leaf
@@ -296,7 +296,7 @@ def test_path_breaking_eviction_only_when_allowed(index: Index) -> None:
 def test_every_eviction_is_announced_on_the_shards_events_stream(index: Index) -> None:
     leaf = store(index, "announced")
     index.evict(target_ratio=0)
-    events = index.client.xrange(index.ctx.schema.shard_keys(leaf[:2]).events)
+    events = index.client.xrange(index.ctx.schema.shard_keys(index.ctx.shard(leaf)).events)
     kinds = [(fields["type"], fields["hash"] + fields["suffix"]) for _, fields in events]
     assert kinds == [("stored", f"{leaf}_0_k"), ("evicted", f"{leaf}_0_k")]
 

@@ -10,6 +10,7 @@ from helpers import page
 from mooncake_redis import Index
 from mooncake_redis.fsck import check
 from mooncake_redis.links import add_link
+from mooncake_redis.prefix import NEW_SHARD_COUNT, shard_of
 
 A, B, C, GONE = page("A"), page("B"), page("C"), page("gone")
 
@@ -26,7 +27,7 @@ def node(index: Index, prefix_hash: str) -> str:
 
 
 def shard(index: Index, prefix_hash: str):  # type: ignore[no-untyped-def]
-    return index.ctx.schema.shard_keys(prefix_hash[:2])
+    return index.ctx.schema.shard_keys(index.ctx.shard(prefix_hash))
 
 
 CORRUPTIONS: dict[str, Callable[[Index], object]] = {
@@ -62,8 +63,9 @@ def test_fsck_finds_and_repairs_in_one_run(index: Index, kind: str) -> None:
 
 
 def elsewhere(prefix_hash: str) -> str:
-    """A shard tag other than the hash's own."""
-    return "00" if prefix_hash[:2] != "00" else "01"
+    """A shard tag other than the hash's own (in the tests' namespaces, created with the
+    default count)."""
+    return "00" if shard_of(prefix_hash, NEW_SHARD_COUNT) != "00" else "01"
 
 
 def plant_node(ix: Index, key: str, fields: dict[str, object]) -> None:
@@ -192,9 +194,9 @@ def test_fsck_without_repair_writes_nothing(index: Index) -> None:
 def test_fsck_can_run_on_some_shards_only(index: Index) -> None:
     build(index)
     index.client.hset(node(index, B), "b", 999)
-    assert check(index.ctx, shards=[A[:2]]).clean
-    assert "node_counter" in check(index.ctx, shards=[B[:2]]).counts
-    assert check(index.ctx, shards=[B[:2]], repair=True).repaired
+    assert check(index.ctx, shards=[index.ctx.shard(A)]).clean
+    assert "node_counter" in check(index.ctx, shards=[index.ctx.shard(B)]).counts
+    assert check(index.ctx, shards=[index.ctx.shard(B)], repair=True).repaired
     assert check(index.ctx).clean
 
 

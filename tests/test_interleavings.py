@@ -12,11 +12,21 @@ from helpers import page
 from interleaving import Explorer, Scenario
 
 from mooncake_redis import Index
+from mooncake_redis.prefix import NEW_SHARD_COUNT, shard_of
+
+
+def shard(prefix_hash: str) -> str:
+    """The hash's shard in the scenarios' namespaces (created with the default count)."""
+    return shard_of(prefix_hash, NEW_SHARD_COUNT)
 
 
 def distinct_shards(*names: str) -> list[str]:
-    hashes = [page(name) for name in names]
-    assert len({h[:2] for h in hashes}) == len(hashes), "pick names in distinct shards"
+    """A page hash per name, each in a shard of its own: the name's, or the first of
+    name1, name2, ... whose shard is not taken yet."""
+    hashes: list[str] = []
+    for name in names:
+        candidates = (page(name if i == 0 else f"{name}{i}") for i in range(1000))
+        hashes.append(next(h for h in candidates if shard(h) not in map(shard, hashes)))
     return hashes
 
 
@@ -25,7 +35,7 @@ PREEMPTIONS = int(os.environ.get("MOONCAKE_REDIS_CHECK_PREEMPTIONS", "1"))
 job, three writers); scripts/check_interleavings.sh runs them deeper."""
 
 A, B, C, D, P, Q = distinct_shards("A", "B", "C", "D", "P", "Q")
-SHARDS = [h[:2] for h in (A, B, C, D, P, Q)]
+SHARDS = [shard(h) for h in (A, B, C, D, P, Q)]
 
 
 def put(prefix_hash: str, parent: str | None = None, rank: int = 0, end: bool = True):

@@ -50,31 +50,47 @@ def test_node_fields_are_pinned() -> None:
     assert decode_object("2x,newer-format") is None
 
 
-def test_a_write_leaves_exactly_the_pinned_keys_and_fields(redis_url: str) -> None:
+@pytest.mark.parametrize(("shard_count", "parent_tag", "child_tag"),
+                         [(16, "01", "02"), (256, "1a", "2b")])
+def test_a_write_leaves_exactly_the_pinned_keys_and_fields(
+        redis_url: str, shard_count: int, parent_tag: str, child_tag: str) -> None:
     """One object under a parent in another shard: one hash per node (no object keys, no
-    per-shard object index), the shard's stats and leaf index, and the events stream."""
-    index = Index.from_url(redis_url, namespace="gold", capacity_bytes="1GiB")
-    parent, child = "0a" + page("p")[2:], "0b" + page("c")[2:]
+    per-shard object index), the shard's stats and leaf index, and the events stream; in
+    a new namespace's 16 shards and in the 256 of a namespace stored before 0.2."""
+    arguments = {} if shard_count == 16 else {"shard_count": shard_count}
+    index = Index.from_url(redis_url, namespace="gold", capacity_bytes="1GiB", **arguments)
+    assert index.settings.shard_count == shard_count
+    parent, child = "1a" + page("p")[2:], "2b" + page("c")[2:]
     index.put_start(f"{parent}_0_k", 10)
     index.put_end(f"{parent}_0_k")
     index.put_start(f"{child}_0_k", 20, parent_block_hash=parent)
     index.put_end(f"{child}_0_k")
     index.close()  # the confirmed link's pending entry goes with the next batch
     keys = set(index.client.scan_iter(match="gold:*"))
-    assert keys == {"gold:settings", f"gold:{{0a}}:n:{parent}", f"gold:{{0b}}:n:{child}",
-                    "gold:{0a}:stats", "gold:{0b}:stats", "gold:{0b}:leaves",
-                    "gold:{0a}:events", "gold:{0b}:events"}
-    parent_fields = index.client.hgetall(f"gold:{{0a}}:n:{parent}")
+    p, c = f"gold:{{{parent_tag}}}", f"gold:{{{child_tag}}}"
+    assert keys == {"gold:settings", f"{p}:n:{parent}", f"{c}:n:{child}",
+                    f"{p}:stats", f"{c}:stats", f"{c}:leaves", f"{p}:events", f"{c}:events"}
+    assert index.client.hget("gold:settings", "shard_count") == str(shard_count)
+    parent_fields = index.client.hgetall(f"{p}:n:{parent}")
     assert set(parent_fields) == {"o:_0_k", child, "nc", "no", "b", "lm"}
-    child_fields = index.client.hgetall(f"gold:{{0b}}:n:{child}")
+    child_fields = index.client.hgetall(f"{c}:n:{child}")
     assert set(child_fields) == {"o:_0_k", "p", "pe", "no", "b", "lm"}
     assert child_fields["p"] == parent and parent_fields[child] == child_fields["pe"]
     assert child_fields["o:_0_k"].startswith("1c,20,")
     assert child_fields["o:_0_k"].endswith(f",0,{index.ctx.token}")
-    assert index.client.hgetall("gold:{0b}:stats") == {"used_bytes": "20", "objects": "1",
-                                                       "nodes": "1", "fences": "0",
-                                                       "shells": "0", "writes": "2"}
-    assert index.client.zrange("gold:{0b}:leaves", 0, -1) == [child]
+    assert index.client.hgetall(f"{c}:stats") == {"used_bytes": "20", "objects": "1",
+                                                  "nodes": "1", "fences": "0",
+                                                  "shells": "0", "writes": "2"}
+    assert index.client.zrange(f"{c}:leaves", 0, -1) == [child]
+
+
+def test_the_shard_rule_for_fewer_shards_takes_the_first_byte_s_top_bits() -> None:
+    schema = KeySchema("mc", 16)
+    assert schema.shards == tuple(f"{i:02x}" for i in range(16))
+    assert schema.node(H) == f"mc:{{01}}:n:{H}"  # 0x13 -> 1
+    assert schema.shard("f" + H[1:]) == "0f" and schema.shard("0" + H[1:]) == "00"
+    assert KeySchema("mc", 1).shard(H) == "00" and KeySchema("mc").shard(H) == "13"
+    assert schema.shard("plain-object") in schema.shards  # blake3's first byte
 
 
 @pytest.mark.parametrize("namespace", ["", "a:b", "a{b}", "x" * 65, "sp ace", 5, None])

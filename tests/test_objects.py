@@ -16,6 +16,7 @@ from mooncake_redis import (
     ObjectNotFound,
     ObjectNotReady,
 )
+from mooncake_redis.prefix import NEW_SHARD_COUNT
 from mooncake_redis.values import decode_object
 
 A = page("a")
@@ -52,7 +53,7 @@ def test_put_end_completes_and_get_grants_a_lease_from_redis_time(index: Index) 
     assert before + ttl <= info.lease_ms <= after + ttl  # Redis TIME during the get, + TTL
     decoded = decode_object(stored(index) or "")
     assert decoded is not None and decoded.time_ms == info.lease_ms
-    leaves = index.ctx.schema.shard_keys(A[:2]).leaves
+    leaves = index.ctx.schema.shard_keys(index.ctx.shard(A)).leaves
     assert index.client.zscore(leaves, A) == info.lease_ms  # the leaf's score follows
 
 
@@ -121,7 +122,7 @@ def test_put_revoke_abandons_a_processing_object(index: Index) -> None:
 
 
 def test_refusals_leave_state_unchanged(make_index) -> None:
-    index = make_index(capacity_bytes=256 * 100)  # 100 bytes per shard
+    index = make_index(capacity_bytes=NEW_SHARD_COUNT * 100)  # 100 bytes per shard
     other = make_index()  # another writer (its own token)
     index.put_start(KEY, 60)
     before = snapshot(index)
@@ -267,12 +268,12 @@ def test_pins_are_stored_per_object_and_a_hard_pin_keeps_the_leaf(index: Index) 
     soft, hard = index.object_info(KEY), index.object_info(f"{A}_1_k")
     assert soft is not None and soft.soft_pin and not soft.hard_pin
     assert hard is not None and hard.hard_pin and not hard.soft_pin
-    soft_leaves = index.ctx.schema.shard_keys(A[:2]).soft_leaves
+    soft_leaves = index.ctx.schema.shard_keys(index.ctx.shard(A)).soft_leaves
     assert index.client.zscore(soft_leaves, A) == float("inf")
 
 
 def test_capacity_is_a_limit_per_shard(make_index) -> None:
-    index = make_index(capacity_bytes=256 * GIB)  # 1 GiB per shard
+    index = make_index(capacity_bytes=NEW_SHARD_COUNT * GIB)  # 1 GiB per shard
     index.put_start(KEY, GIB)
     with pytest.raises(NoSpace, match="shard"):
         index.put_start(f"{A}_1_k", 1)

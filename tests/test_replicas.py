@@ -18,7 +18,7 @@ from mooncake_redis.values import decode_replicas
 
 def events(index: Index, prefix_hash: str) -> list[dict[str, Any]]:
     """The events of one node's shard, oldest first."""
-    stream = index.ctx.schema.shard_keys(prefix_hash[:2]).events
+    stream = index.ctx.schema.shard_keys(index.ctx.shard(prefix_hash)).events
     return [fields for _, fields in index.client.xrange(stream)
             if fields["hash"] == prefix_hash]
 

@@ -9,20 +9,25 @@ from helpers import assert_consistent, build_small_tree, page
 
 from mooncake_redis import Index
 from mooncake_redis.links import outbox_member, pending_member, resolve
-from mooncake_redis.prefix import shard_of
+from mooncake_redis.prefix import NEW_SHARD_COUNT, shard_of
 
 A, B = page("resolver-a"), page("resolver-b")
 
 
+def shard(prefix_hash: str) -> str:
+    """The hash's shard in the tests' namespaces (created with the default count)."""
+    return shard_of(prefix_hash, NEW_SHARD_COUNT)
+
+
 def other_shard(prefix_hash: str) -> str:
-    return "00" if shard_of(prefix_hash) != "00" else "01"
+    return "00" if shard(prefix_hash) != "00" else "01"
 
 
 def planted(index: Index) -> dict[str, list[str]]:
     """Entries that cannot stand for a link where they are: key -> members."""
     schema = index.ctx.schema
     non_hex = "not-a-digest"
-    here = schema.shard_keys(shard_of(A))
+    here = schema.shard_keys(shard(A))
     return {
         # well-formed, in another shard's set than its owner's (the child of an unlink
         # intent, the parent of a pending link)
@@ -56,7 +61,7 @@ def test_a_pending_epoch_past_any_clock_never_reaches_a_node(index: Index) -> No
     """A 400-digit epoch is inf to Lua: kept, it would set the child's pe to inf."""
     index.put_start(f"{A}_0_k", 1)
     index.put_start(f"{B}_0_k", 1, parent_block_hash=A)
-    key = index.ctx.schema.shard_keys(shard_of(A)).pending
+    key = index.ctx.schema.shard_keys(shard(A)).pending
     index.client.zadd(key, {pending_member(A, B, "9" * 400): 1})
     report = resolve(index.ctx, grace_ms=0, budget=200)
     assert report.malformed == 1
@@ -70,10 +75,9 @@ def test_every_run_is_bounded_in_time(index: Index, backend: str) -> None:
     run finishes the work. (Time limit 0: the bound is hit after one pass, whatever the
     machine's speed.)"""
     index.put_start(f"{A}_0_k", 1)
-    shard = shard_of(A)
     links = {pending_member(A, page(f"never-{i}"), 10 + i): 1
              for i in range(3 * 64)}  # more than one pass reads from one shard
-    index.client.zadd(index.ctx.schema.shard_keys(shard).pending, links)
+    index.client.zadd(index.ctx.schema.shard_keys(shard(A)).pending, links)
     first = resolve(index.ctx, grace_ms=0, time_limit_s=0)
     assert first.unfinished and 0 < first.dropped < len(links), first
     second = resolve(index.ctx, grace_ms=0)

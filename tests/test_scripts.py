@@ -99,7 +99,7 @@ def exercise_every_script(index: Index) -> None:
     index.unmount_segment("seg")  # invalidate
     index.evict(target_ratio=0)  # lock_token, evict
     index.client.hset(index.ctx.schema.node(a), "b", 999)
-    index.client.hset(index.ctx.schema.shard_keys(a[:2]).stats, "objects", 9)
+    index.client.hset(index.ctx.schema.shard_keys(index.ctx.shard(a)).stats, "objects", 9)
     index.client.hset(index.ctx.schema.node(a), "pe", "1e999")
     assert check(index.ctx, repair=True).repaired  # repair_node, recount_shard, scrub
     index.remove_all(force=True)

@@ -199,7 +199,7 @@ Write = Callable[[redis.Redis, KeySchema], object]
 
 
 def shard_of(schema: KeySchema, prefix_hash: str) -> Any:
-    return schema.shard_keys(prefix_hash[:2])
+    return schema.shard_keys(schema.shard(prefix_hash))
 
 
 HOSTILE: dict[str, Write] = {
@@ -358,10 +358,10 @@ def test_a_clients_settings_arguments_do_not_change_another_clients_behaviour(
         acl_server: RedisServer, admin: redis.Redis) -> None:
     url = user_url(acl_server, "ns-user", "ns-secret")
     first = Index.from_url(url, namespace=NAMESPACE, lease_ttl_ms=1000,
-                           capacity_bytes=256 * 100, enable_radix_tree=True,
+                           capacity_bytes=16 * 100, enable_radix_tree=True,
                            prefix_extractor="rfc", probe_extends_lease=False)
     stored = admin.hgetall(f"{NAMESPACE}:settings")
-    assert len(stored) == 5
+    assert len(stored) == 6  # the five given and the shard count (16)
     second = Index.from_url(url, namespace=NAMESPACE, lease_ttl_ms=3_600_000,
                             capacity_bytes="1TiB", enable_radix_tree=False,
                             prefix_extractor="tagged", probe_extends_lease=True)

@@ -25,7 +25,7 @@ from mooncake_redis.errors import MooncakeRedisError
 from mooncake_redis.events import Event
 from mooncake_redis.index import Index
 from mooncake_redis.models import raise_first
-from mooncake_redis.prefix import SHARD_COUNT
+from mooncake_redis.prefix import LEGACY_SHARD_COUNT
 from mooncake_redis.settings import Settings
 from mooncake_redis.sim.eviction_feed import EventFeed, events_cap
 from mooncake_redis.sim.kv_layout import KV_SUFFIXES
@@ -39,7 +39,7 @@ READ_LEASE_TTL_MS = 1
 """A read pins its pages only while the engine copies them: with the default 10 s lease
 everything read in a short replay would stay pinned and nothing would be evictable."""
 
-SERVICE_CAPACITY_FACTOR = SHARD_COUNT
+SERVICE_CAPACITY_FACTOR = LEGACY_SHARD_COUNT
 """The service's own capacity_bytes, as a multiple of the simulated pool's. The service
 admits per shard (docs/ARCHITECTURE.md, admission): a shard's limit is its share of the
 free space, so a pool must hold thousands of objects before no shard refuses an object

@@ -1,0 +1,97 @@
+"""The namespace's shard count: recorded at creation (16 unless given), 256 for a
+namespace stored before the setting existed, fixed afterwards, and what makes a batch
+take few script calls a step."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from helpers import page
+
+from mooncake_redis import ConfigurationError, Index
+
+PAGES = [page(("batch", i)) for i in range(200)]
+
+
+def stored_count(index: Index) -> str | None:
+    return index.client.hget(index.ctx.schema.settings, "shard_count")
+
+
+def evalsha_calls(client: redis.Redis) -> int:
+    stats = client.info("commandstats").get("cmdstat_evalsha", {})
+    return int(stats.get("calls", 0))
+
+
+def test_a_new_namespace_records_16_shards_and_its_keys_use_16_tags(make_index) -> None:
+    index: Index = make_index()
+    assert stored_count(index) == "16" and index.settings.shard_count == 16
+    index.batch_put_start([(f"{h}_0_k", 1) for h in PAGES])
+    tags = {key.split(":")[1] for key in index.client.scan_iter(match="t:{*}:*")}
+    assert tags <= {f"{{{i:02x}}}" for i in range(16)} and len(tags) == 16
+
+
+def test_a_count_given_at_creation_is_recorded_and_later_clients_follow_it(make_index) -> None:
+    first: Index = make_index(shard_count=64)
+    first.put_start(f"{PAGES[0]}_0_k", 1)
+    second: Index = make_index()  # given nothing: reads the stored layout
+    assert second.settings.shard_count == 64 and stored_count(first) == "64"
+    assert second.object_info(f"{PAGES[0]}_0_k") is not None
+
+
+@pytest.mark.parametrize("value", [0, 3, 512, "many"])
+def test_a_shard_count_that_is_no_power_of_two_up_to_256_is_refused(make_index, value) -> None:
+    with pytest.raises(ConfigurationError, match="shard_count"):
+        make_index(shard_count=value)
+    assert make_index(namespace="other").client.exists("t:settings") == 0  # nothing written
+
+
+def legacy_namespace(make_index) -> Index:  # type: ignore[no-untyped-def]
+    """A namespace as a client before the setting wrote it: 256 shards, none recorded."""
+    old: Index = make_index(shard_count=256)
+    old.put_start(f"{PAGES[0]}_0_k", 1)
+    old.put_end(f"{PAGES[0]}_0_k")
+    old.client.hdel(old.ctx.schema.settings, "shard_count")
+    return old
+
+
+def test_a_namespace_stored_before_the_setting_keeps_its_256_shards(make_index) -> None:
+    legacy_namespace(make_index)
+    reader: Index = make_index(read_only=True)
+    assert reader.settings.shard_count == 256 and stored_count(reader) is None  # not written
+    assert reader.ctx.reload_settings().shard_count == 256  # a re-read keeps the layout
+    assert reader.object_info(f"{PAGES[0]}_0_k") is not None
+    writer: Index = make_index(shard_count=16)  # asks for 16: the stored layout wins
+    assert writer.settings.shard_count == 256 and stored_count(writer) == "256"
+    assert writer.object_info(f"{PAGES[0]}_0_k") is not None
+
+
+def test_the_count_is_fixed_once_created(make_index) -> None:
+    index: Index = make_index()
+    with pytest.raises(ConfigurationError, match="fixed when a namespace is created"):
+        index.set_config(shard_count=32)
+    with pytest.raises(ConfigurationError, match="fixed when a namespace is created"):
+        index.reset_config("shard_count")
+    index.set_config(shard_count=16)  # no change
+    assert stored_count(index) == "16"
+
+
+def test_an_unreadable_count_stops_the_open_with_how_to_mend_it(make_index) -> None:
+    index: Index = make_index()
+    index.client.hset(index.ctx.schema.settings, "shard_count", "junk")
+    with pytest.raises(ConfigurationError, match="HSET t:settings shard_count N"):
+        make_index()
+    index.client.hset(index.ctx.schema.settings, "shard_count", "16")
+    assert make_index().settings.shard_count == 16
+
+
+@pytest.mark.parametrize(("shard_count", "most_calls"), [(16, 16), (256, 256)])
+def test_a_200_page_batch_takes_at_most_one_call_a_shard_a_step(
+        redis_url: str, shard_count: int, most_calls: int) -> None:
+    """The locality the count buys (docs/ARCHITECTURE.md, Shards): root pages, so one
+    step; counted by Redis itself."""
+    index = Index.from_url(redis_url, namespace="calls", shard_count=shard_count)
+    client = redis.Redis.from_url(redis_url)
+    before = evalsha_calls(client)
+    index.batch_put_start([(f"{h}_0_k", 1) for h in PAGES])
+    calls = evalsha_calls(client) - before
+    assert calls == len({index.ctx.shard(h) for h in PAGES}) <= most_calls
