@@ -77,7 +77,7 @@ def test_small_run_writes_results(tmp_path: Path) -> None:
                > 0 for row in side["ops"])
     assert results["prefix_query"]["sizes"][0]["scan"]["samples"] > 0
     assert {row["evicted_objects"] for row in results["cluster"]["backends"].values()} == {100}
-    assert sum(row["shards"] for row in results["cluster"]["spread"]) == 16  # a new namespace's shards
+    assert sum(row["shards"] for row in results["cluster"]["spread"]) == 16  # new namespace
     assert results["dropin"]["mooncake"] == {"skipped": "--skip-peer given"}
     assert set(results["dropin"]["dropin"]) == {"shm", "disk"}
     assert all(rate > 0 for rates in results["dropin"]["dropin"].values()
