@@ -86,6 +86,10 @@ end
 local stats_read = false
 local s_used, s_objects, s_nodes, s_writes, s_fences, s_limit, s_shells = 0, 0, 0, 0, 0, nil, 0
 local d_used, d_objects, d_nodes, d_fences, d_shells = 0, 0, 0, 0, 0
+-- Parents given to nodes that had children (the only links that can close a cycle): the
+-- stats' `links` counts them, so a client's cycle walk within one shard can be checked to
+-- still hold when its link is written (check_parent).
+local d_links = 0
 
 local function read_stats()
   if not stats_read then
@@ -347,6 +351,7 @@ local function finish()
   for segment, delta in pairs(seg_delta) do
     if delta ~= 0 then redis.call('HINCRBY', STATS, 'su:' .. segment, delta) end
   end
+  if d_links ~= 0 then redis.call('HINCRBY', STATS, 'links', d_links) end
   if not wrote and d_used == 0 and d_objects == 0 and d_nodes == 0 and d_fences == 0 and
       d_shells == 0 then
     return
@@ -375,6 +380,18 @@ local function flat(list)
   return out
 end
 
+-- Whether the client's cycle walk for this link still holds: '1' (a walk that left the
+-- shard: the resolver's walk confirms the link later), or '1:<links>' (a walk that stayed
+-- in this shard, begun when the stats' `links` was <links>: no parent was given to a node
+-- with children here since, so what the walk saw is still so; this batch's own links the
+-- walk followed as intended).
+local function walk_holds(checked)
+  if checked == '1' then return true end
+  local stamp = string.match(checked, '^1:(%d+)$')
+  if not stamp then return false end
+  return tonumber(redis.call('HGET', STATS, 'links') or '0') == tonumber(stamp)
+end
+
 -- Step 2 of a link, for the node n that is to name `parent` (see docs/ARCHITECTURE.md):
 -- returns 'same' | 'new' | '' (no parent given), or nil and a refusal.
 local function check_parent(n, parent, epoch, checked, batch)
@@ -391,7 +408,7 @@ local function check_parent(n, parent, epoch, checked, batch)
   end
   local fence = fence_of(n.hash)
   if fence and fence >= epoch then return nil, fail('FENCED', num(fence)) end
-  if n.exists and (n.nc or 0) > 0 and n.lb0 ~= batch and checked ~= '1' then
+  if n.exists and (n.nc or 0) > 0 and n.lb0 ~= batch and not walk_holds(checked) then
     return nil, fail('CYCLE_CHECK', 'node ' .. n.hash .. ' has children')
   end
   return 'new'
@@ -410,6 +427,7 @@ local function apply_parent(n, parent, epoch, how, batch)
   if how == '' then return '' end
   local flag = 'L'
   if how == 'new' then
+    if (n.nc or 0) > 0 then d_links = d_links + 1 end
     if (n.nc or 0) > 0 and n.lb0 ~= batch then flag = 'C' end
     set(n, 'p', parent)
     set(n, 'pe', epoch)
