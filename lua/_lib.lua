@@ -4,7 +4,8 @@
 -- Shard scripts receive the shard's keys as KEYS[1..7] (keys.SHARD_KEY_NAMES) and node
 -- keys after them, and a common ARGV header:
 --   ARGV[1] put_start release timeout (ms): a processing object older than this is evictable
---   ARGV[2] events cap per shard stream (0 = no events)
+--   ARGV[2] events cap per shard stream (0 = no events; negative: Redis is at maxmemory,
+--           so the first event of the call frees the stream's whole macro nodes first)
 --   ARGV[3] link epoch horizon (ms): link epochs older than this are refused, and fences
 --           older than this are dropped (no epoch they could refuse is accepted anyway)
 -- Items follow the header. A script checks each item completely before writing anything
@@ -22,6 +23,8 @@ local LEAVES, SOFT_LEAVES, STATS, PENDING, FENCES, OUTBOX, EVENTS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local RELEASE_MS, EVENTS_CAP, EPOCH_HORIZON_MS =
   tonumber(ARGV[1]) or 0, tonumber(ARGV[2]) or 0, tonumber(ARGV[3]) or 0
+local EVENTS_TRIM = EVENTS_CAP < 0  -- at maxmemory: see emit
+if EVENTS_TRIM then EVENTS_CAP = -EVENTS_CAP end
 local INF = math.huge
 
 -- Milliseconds of the Redis clock (never the client's), read on first use.
@@ -264,8 +267,16 @@ end
 -- suffix), size, the node's parent and the object's replicas when it has them, and more
 -- fields for some types. Entries are kept short: a stream holds events_max_len of them
 -- per shard.
+-- At maxmemory (EVENTS_TRIM) the call first drops the stream's older entries (whole
+-- macro nodes: only that frees memory), so freeing frees: a removal would otherwise grow
+-- a stream below its cap by more than the node it deletes. Consumers that had not read
+-- them see events lost, as past the cap, and resync (docs/EVENTS.md).
 local function emit(kind, n, suffix, size, reps, ...)
   if EVENTS_CAP > 0 then
+    if EVENTS_TRIM then
+      redis.call('XTRIM', EVENTS, 'MAXLEN', '~', 0)
+      EVENTS_TRIM = false
+    end
     local extra = {...}
     if n.p then extra[#extra + 1] = 'parent'; extra[#extra + 1] = n.p end
     if reps and reps ~= '' then extra[#extra + 1] = 'replicas'; extra[#extra + 1] = reps end
