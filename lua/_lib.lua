@@ -4,7 +4,8 @@
 -- Shard scripts receive the shard's keys as KEYS[1..7] (keys.SHARD_KEY_NAMES) and node
 -- keys after them, and a common ARGV header:
 --   ARGV[1] put_start release timeout (ms): a processing object older than this is evictable
---   ARGV[2] events cap per shard stream (0 = no events)
+--   ARGV[2] events cap per shard stream (0 = no events; negative: Redis is at maxmemory,
+--           so the first event of the call frees the stream's whole macro nodes first)
 --   ARGV[3] link epoch horizon (ms): link epochs older than this are refused, and fences
 --           older than this are dropped (no epoch they could refuse is accepted anyway)
 -- Items follow the header. A script checks each item completely before writing anything
@@ -22,6 +23,8 @@ local LEAVES, SOFT_LEAVES, STATS, PENDING, FENCES, OUTBOX, EVENTS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local RELEASE_MS, EVENTS_CAP, EPOCH_HORIZON_MS =
   tonumber(ARGV[1]) or 0, tonumber(ARGV[2]) or 0, tonumber(ARGV[3]) or 0
+local EVENTS_TRIM = EVENTS_CAP < 0  -- at maxmemory: see emit
+if EVENTS_TRIM then EVENTS_CAP = -EVENTS_CAP end
 local INF = math.huge
 
 -- Milliseconds of the Redis clock (never the client's), read on first use.
@@ -86,6 +89,10 @@ end
 local stats_read = false
 local s_used, s_objects, s_nodes, s_writes, s_fences, s_limit, s_shells = 0, 0, 0, 0, 0, nil, 0
 local d_used, d_objects, d_nodes, d_fences, d_shells = 0, 0, 0, 0, 0
+-- Parents given to nodes that had children (the only links that can close a cycle): the
+-- stats' `links` counts them, so a client's cycle walk within one shard can be checked to
+-- still hold when its link is written (check_parent).
+local d_links = 0
 
 local function read_stats()
   if not stats_read then
@@ -260,8 +267,16 @@ end
 -- suffix), size, the node's parent and the object's replicas when it has them, and more
 -- fields for some types. Entries are kept short: a stream holds events_max_len of them
 -- per shard.
+-- At maxmemory (EVENTS_TRIM) the call first drops the stream's older entries (whole
+-- macro nodes: only that frees memory), so freeing frees: a removal would otherwise grow
+-- a stream below its cap by more than the node it deletes. Consumers that had not read
+-- them see events lost, as past the cap, and resync (docs/EVENTS.md).
 local function emit(kind, n, suffix, size, reps, ...)
   if EVENTS_CAP > 0 then
+    if EVENTS_TRIM then
+      redis.call('XTRIM', EVENTS, 'MAXLEN', '~', 0)
+      EVENTS_TRIM = false
+    end
     local extra = {...}
     if n.p then extra[#extra + 1] = 'parent'; extra[#extra + 1] = n.p end
     if reps and reps ~= '' then extra[#extra + 1] = 'replicas'; extra[#extra + 1] = reps end
@@ -347,6 +362,7 @@ local function finish()
   for segment, delta in pairs(seg_delta) do
     if delta ~= 0 then redis.call('HINCRBY', STATS, 'su:' .. segment, delta) end
   end
+  if d_links ~= 0 then redis.call('HINCRBY', STATS, 'links', d_links) end
   if not wrote and d_used == 0 and d_objects == 0 and d_nodes == 0 and d_fences == 0 and
       d_shells == 0 then
     return
@@ -375,6 +391,18 @@ local function flat(list)
   return out
 end
 
+-- Whether the client's cycle walk for this link still holds: '1' (a walk that left the
+-- shard: the resolver's walk confirms the link later), or '1:<links>' (a walk that stayed
+-- in this shard, begun when the stats' `links` was <links>: no parent was given to a node
+-- with children here since, so what the walk saw is still so; this batch's own links the
+-- walk followed as intended).
+local function walk_holds(checked)
+  if checked == '1' then return true end
+  local stamp = string.match(checked, '^1:(%d+)$')
+  if not stamp then return false end
+  return tonumber(redis.call('HGET', STATS, 'links') or '0') == tonumber(stamp)
+end
+
 -- Step 2 of a link, for the node n that is to name `parent` (see docs/ARCHITECTURE.md):
 -- returns 'same' | 'new' | '' (no parent given), or nil and a refusal.
 local function check_parent(n, parent, epoch, checked, batch)
@@ -391,7 +419,7 @@ local function check_parent(n, parent, epoch, checked, batch)
   end
   local fence = fence_of(n.hash)
   if fence and fence >= epoch then return nil, fail('FENCED', num(fence)) end
-  if n.exists and (n.nc or 0) > 0 and n.lb0 ~= batch and checked ~= '1' then
+  if n.exists and (n.nc or 0) > 0 and n.lb0 ~= batch and not walk_holds(checked) then
     return nil, fail('CYCLE_CHECK', 'node ' .. n.hash .. ' has children')
   end
   return 'new'
@@ -410,6 +438,7 @@ local function apply_parent(n, parent, epoch, how, batch)
   if how == '' then return '' end
   local flag = 'L'
   if how == 'new' then
+    if (n.nc or 0) > 0 then d_links = d_links + 1 end
     if (n.nc or 0) > 0 and n.lb0 ~= batch then flag = 'C' end
     set(n, 'p', parent)
     set(n, 'pe', epoch)

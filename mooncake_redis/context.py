@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+import redis
 from redis.cluster import RedisCluster
 
 from .connection import is_in_process
-from .errors import ConfigurationError, InvalidArgument
+from .errors import ConfigurationError, InvalidArgument, StoreFull
 from .executor import Batch, Executor, Policy
 from .keys import KeySchema
 from .prefix import LEGACY_SHARD_COUNT, NEW_SHARD_COUNT, extractor_named, split_key
@@ -288,14 +289,39 @@ class Context:
             pipe.hset(self.schema.settings, mapping=values)
             # the layout too, where a read-only open found none recorded (and then wrote)
             pipe.hsetnx(self.schema.settings, "shard_count", encode(self.schema.shard_count))
-            pipe.execute()
+            try:
+                pipe.execute()
+            except redis.exceptions.OutOfMemoryError as error:
+                raise StoreFull(
+                    f"Redis is at maxmemory and refused to store settings {sorted(values)} of "
+                    f"namespace {self.schema.namespace} ({error}); nothing was changed: free "
+                    "room (mooncake-redis evict, remove) or raise Redis's maxmemory, then "
+                    "set them again") from None
         self._apply_settings(new)
         return new
+
+    def check_maxmemory(self) -> bool:
+        """Ask Redis whether it is at maxmemory (one INFO per node; a client that cannot
+        tell changes nothing) and tell the scripts this client runs (header)."""
+        if is_in_process(self.client):
+            return False
+        try:
+            info = self.client.info("memory")
+        except redis.exceptions.RedisError:
+            return self.executor.at_maxmemory
+        nodes = info.values() if isinstance(self.client, RedisCluster) else [info]
+        self.executor.at_maxmemory = any(
+            0 < int(node.get("maxmemory", 0)) <= int(node.get("used_memory", 0))
+            for node in nodes if isinstance(node, dict))
+        return self.executor.at_maxmemory
 
     def header(self) -> list[Any]:
         """The common ARGV header of shard scripts (lua/_lib.lua)."""
         settings = self.settings
-        return [settings.put_start_release_timeout_ms, settings.events_max_len,
+        events = settings.events_max_len
+        if self.executor.at_maxmemory:  # negative: free the stream first (lua/_lib.lua)
+            events = -events
+        return [settings.put_start_release_timeout_ms, events,
                 settings.link_epoch_horizon_ms]
 
     # -- batches -------------------------------------------------------------------------

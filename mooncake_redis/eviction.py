@@ -210,6 +210,7 @@ class Evictor:
             report.stopped = LOCK_HELD
             return
         try:
+            ctx.check_maxmemory()  # at maxmemory, this job's events free their stream first
             report.resolver = resolve(ctx)
             rescore_leaves(ctx, latest_possible_score(ctx, ctx.redis_time_ms()))
             self._rounds(report, target, max_rounds or settings.max_rounds_per_job, token,

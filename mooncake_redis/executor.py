@@ -195,6 +195,10 @@ class Executor:
         self._cluster = isinstance(client, RedisCluster)
         self._last_failure = ""
         """The last connection error a pipeline met, for the error that gives up."""
+        self.at_maxmemory = False
+        """Redis refused a write of this client for memory (OOM) and has not taken a
+        growing script (put_start, register) since: scripts are then told to free the
+        events streams before they add to them (Context.header, lua/_lib.lua emit)."""
 
     def batch(self) -> Batch:
         return Batch(self)
@@ -213,6 +217,11 @@ class Executor:
                 segments[item.segment].append(position)
             for segment in sorted(segments):
                 self._run_segment(queued, segments[segment], results, resent)
+        for item, result in zip(queued, results):
+            if isinstance(result, redis.exceptions.OutOfMemoryError):
+                self.at_maxmemory = True
+            elif item.name in GROWING_SCRIPTS and not isinstance(result, Exception):
+                self.at_maxmemory = False
         return [map_error(r) for r in results], resent
 
     def _run_segment(self, queued: Sequence[Queued], positions: list[int],
@@ -451,11 +460,18 @@ def load_scripts(client: Any, scripts: Sequence[LuaScript]) -> None:
             raise ScriptError(f"Redis computed SHA {sha} for {script.name}, expected {script.sha}")
 
 
+GROWING_SCRIPTS = frozenset({"put_start", "register"})
+"""The scripts without `allow-oom`: Redis refuses them whole at maxmemory, and runs them
+again only once there is room."""
+
+
 def map_error(result: Any) -> Any:
     if isinstance(result, redis.exceptions.NoPermissionError):
         return PermissionDenied(f"NOPERM {result}")
     if isinstance(result, redis.exceptions.OutOfMemoryError):
-        return StoreFull(f"Redis refused a write at maxmemory: {result}")
+        return StoreFull(f"Redis refused a write at maxmemory ({result}); nothing of the "
+                         "refused call was written: free room (mooncake-redis evict, remove) "
+                         "or raise Redis's maxmemory, then send it again")
     if isinstance(result, redis.exceptions.ResponseError):
         return from_script_error(str(result))
     return result

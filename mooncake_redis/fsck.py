@@ -29,7 +29,7 @@ from .links import (
     Intent,
     ResolverReport,
     add_link,
-    break_cycles,
+    break_newest_on_cycles,
     pending_member,
     resolve,
     resolve_links,
@@ -423,14 +423,17 @@ class _Checker:
                 on_cycle[cursor] = parents[cursor]  # type: ignore[assignment]
             for node in path:
                 state[node] = 2
-        if self.repair and on_cycle:
+        if self.repair and on_cycle:  # each loses one link, its newest, as in the resolver
             batch = self.ctx.batch()
             for child in on_cycle:
                 batch.command("HGET", self.ctx.schema.node(child), "pe")
             epochs = batch.execute()
             links = {child: (parent, epoch or "0")
                      for (child, parent), epoch in zip(on_cycle.items(), epochs)}
-            self.report.repaired["cycle"] += break_cycles(self.ctx, links, self.report.resolver)
+            resolver = self.report.resolver
+            before = resolver.cycles_broken
+            break_newest_on_cycles(self.ctx, links, resolver)
+            self.report.repaired["cycle"] += resolver.cycles_broken - before
 
     # -- repairs -------------------------------------------------------------------------
 

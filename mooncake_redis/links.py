@@ -138,14 +138,22 @@ def _clear_outbox(ctx: Context, done: Iterable[Intent]) -> None:
 
 
 def walk_finds_cycles(ctx: Context, walks: Mapping[str, str],
-                      intended: Mapping[str, str | None] | None = None) -> set[str]:
+                      intended: Mapping[str, str | None] | None = None,
+                      stamps: dict[str, int] | None = None) -> set[str]:
     """For each (node, new parent), walk up from the parent (all walks together, one round
     trip per level) and return the nodes the walk meets: linking them would close a cycle.
     `intended` holds parents this batch is about to set, followed where Redis has none.
-    A walk longer than max_depth counts as a cycle (the tree is deeper than configured)."""
+    A walk longer than max_depth counts as a cycle (the tree is deeper than configured).
+    `stamps` gets, for each walk that met no cycle without leaving its node's shard, the
+    shard's `links` counter read before the walk: step 2 writes the link only if it is
+    unchanged (lua/_lib.lua walk_holds), so a cycle within one shard is always refused."""
     intended = intended or {}
     cursors = dict(walks)
     found: set[str] = set()
+    in_shard = {node: ctx.shard(node) == ctx.shard(parent) for node, parent in walks.items()
+                if stamps is not None}
+    stamped = sorted({ctx.shard(node) for node, local in in_shard.items() if local})
+    counters: dict[str, int] = {}
     for _ in range(ctx.settings.max_depth):
         for node, cursor in list(cursors.items()):
             if cursor == node:
@@ -154,16 +162,25 @@ def walk_finds_cycles(ctx: Context, walks: Mapping[str, str],
         if not cursors:
             return found
         batch = ctx.batch()
+        for shard in stamped:  # before the walk's first read, on the same node
+            batch.command("HGET", ctx.schema.shard_keys(shard).stats, "links")
         asked = sorted(set(cursors.values()))
         for cursor in asked:
             batch.command("HGET", ctx.schema.node(cursor), "p")
-        parents = dict(zip(asked, batch.execute()))
+        replies = batch.execute()
+        counters.update((shard, to_int(reply)) for shard, reply in zip(stamped, replies))
+        parents = dict(zip(asked, replies[len(stamped):]))
+        stamped = []
         for node, cursor in list(cursors.items()):
             parent = parent_of(parents[cursor]) or intended.get(cursor)
             if parent is None:
                 del cursors[node]
+                if stamps is not None and in_shard[node]:
+                    stamps[node] = counters[ctx.shard(node)]
             else:
                 cursors[node] = parent
+                if in_shard.get(node) and ctx.shard(parent) != ctx.shard(node):
+                    in_shard[node] = False
     return found | set(cursors)
 
 
@@ -228,14 +245,66 @@ def resolve_links(ctx: Context, entries: Sequence[Intent], report: ResolverRepor
     _run_unlinks(ctx, unlinks, None, intents)
     cascade(ctx, intents)
     if walks:
-        on_cycles = walk_finds_cycles(ctx, {child: parent for child, (parent, _) in walks.items()})
-        break_cycles(ctx, {child: walks[child] for child in on_cycles}, report)
+        break_newest_on_cycles(ctx, walks, report)
+
+
+def break_newest_on_cycles(ctx: Context, links: Mapping[str, tuple[str, str]],
+                           report: ResolverReport) -> None:
+    """Links child -> (parent, epoch) the resolver keeps into nodes with children: walk up
+    from each child; every cycle met loses ONE link, its newest (the highest epoch, ties by
+    hash: the last of the racing writers that each saw no cycle when it wrote), then the
+    walks run again, so a cycle loses no more than the one link it needs. A walk longer
+    than max_depth that meets no node twice breaks its own link (the tree is deeper than
+    configured, as the writers' walks refuse)."""
+    for _ in range(len(links) + 1):  # racing writers may close new cycles: bounded
+        newest, too_deep = _cycles_met(ctx, links)
+        to_break = dict(newest.values())
+        for child in too_deep:
+            to_break.setdefault(child, links[child])
+        if not to_break:
+            return
+        break_cycles(ctx, to_break, report)
+
+
+def _cycles_met(ctx: Context, starts: Mapping[str, tuple[str, str]]
+                ) -> tuple[dict[frozenset[str], tuple[str, tuple[str, str]]], set[str]]:
+    """Walk up from each start node as Redis has it now (all walks together, one round trip
+    per level). Returns, per cycle met (by its nodes: in a forest where each node has one
+    parent, two walks meeting a cycle meet the same one), its newest link as
+    (child, (parent, epoch)); and the starts whose walk passed max_depth meeting none."""
+    paths = {start: [start] for start in starts}
+    read: dict[str, tuple[str | None, int]] = {}
+    newest: dict[frozenset[str], tuple[str, tuple[str, str]]] = {}
+    for _ in range(ctx.settings.max_depth + 1):
+        asked = sorted({path[-1] for path in paths.values()} - set(read))
+        if asked:
+            batch = ctx.batch()
+            for node in asked:
+                batch.command("HMGET", ctx.schema.node(node), "p", "pe")
+            for node, (parent, epoch) in zip(asked, batch.execute()):
+                read[node] = (parent_of(parent), to_int(epoch))
+        for start, path in list(paths.items()):
+            parent = read[path[-1]][0]
+            if parent is None:
+                del paths[start]
+            elif parent in path:
+                cycle = path[path.index(parent):]
+                child = max(cycle, key=lambda node: (read[node][1], node))
+                link = (cycle[(cycle.index(child) + 1) % len(cycle)], str(read[child][1]))
+                newest[frozenset(cycle)] = (child, link)
+                del paths[start]
+            else:
+                path.append(parent)
+        if not paths:
+            break
+    return newest, set(paths)
 
 
 def break_cycles(ctx: Context, links: Mapping[str, tuple[str, str]],
                  report: ResolverReport) -> int:
-    """Links child -> (parent, epoch) found on cycles: each child still naming that parent
-    becomes a root (fenced at its epoch) and the parent drops it. Returns how many broke."""
+    """Links child -> (parent, epoch) chosen to break cycles, one per cycle: each child
+    still naming that parent at no newer epoch becomes a root (fenced at its epoch) and
+    the parent drops it. Returns how many broke."""
     if not links:
         return 0
     before = report.cycles_broken

@@ -51,6 +51,9 @@ class Write:
     registered: Sequence[str] = ()
     checked: bool = False
     """A walk up from the parent did not meet this node: send with cycle-checked=1."""
+    stamp: int | None = None
+    """The walk stayed in the node's shard: the shard's link counter when it began (sent
+    as cycle-checked=1:<stamp>, so step 2 refuses to write if a link changed since)."""
     result: Result[None] | None = None
     state: str = ""
     """'' (send it), 'walk' (a cycle walk decides), or the link flag of a written item."""
@@ -159,7 +162,8 @@ def _send(ctx: Context, todo: list[Write], mode: str) -> _Sent:
                      default_shard_limit(settings.capacity_bytes, settings.shard_count), mode)
     registers = ctx.calls("register", batch_id)
     for w in todo:
-        checked = "1" if w.checked else "0"
+        checked = ("0" if not w.checked else "1" if w.stamp is None
+                   else f"1:{w.stamp}")
         if w.suffix is not None:
             call = puts.add(ctx.shard(w.prefix_hash), w)
             call.item(call.node(w.prefix_hash), w.prefix_hash, w.suffix, w.size, w.pins,
@@ -215,15 +219,16 @@ def _after_send(ctx: Context, todo: list[Write]) -> list[Write]:
     if walking:
         intended = {w.prefix_hash: w.parent for w in todo
                     if w.result is None and w.parent is not None}
+        stamps: dict[str, int] = {}
         cycles = walk_finds_cycles(ctx, {w.prefix_hash: w.parent for w in walking
-                                         if w.parent is not None}, intended)
+                                         if w.parent is not None}, intended, stamps)
         for w in walking:
             if w.prefix_hash in cycles:
                 w.refuse(CycleDetected(
                     f"linking node {w.prefix_hash} under {w.parent} would make it its own "
                     "ancestor", key=w.object_key, prefix_hash=w.prefix_hash))
             else:
-                w.checked = True
+                w.checked, w.stamp = True, stamps.get(w.prefix_hash)
     return [w for w in todo if w.result is None]
 
 

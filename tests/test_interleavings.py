@@ -35,7 +35,9 @@ PREEMPTIONS = int(os.environ.get("MOONCAKE_REDIS_CHECK_PREEMPTIONS", "1"))
 job, three writers); scripts/check_interleavings.sh runs them deeper."""
 
 A, B, C, D, P, Q = distinct_shards("A", "B", "C", "D", "P", "Q")
-SHARDS = [shard(h) for h in (A, B, C, D, P, Q)]
+X, Y, Z = [h for h in (page(f"same-{i}") for i in range(1000))
+           if shard(h) == shard(page("same-0"))][:3]  # three pages of one shard
+SHARDS = [shard(h) for h in (A, B, C, D, P, Q, X)]
 
 
 def put(prefix_hash: str, parent: str | None = None, rank: int = 0, end: bool = True):
@@ -105,6 +107,24 @@ def one_parent_lists_c(index: Index, outcomes: dict) -> None:
         assert listing == ([parent_of(index, C)] if parent_of(index, C) else [])
 
 
+def acknowledged_links_kept(*links: tuple[str, str], may_lose: int):
+    """End check of writers op i linking links[i] = (child, parent): the tree is acyclic and
+    at most `may_lose` of the links whose writer was told OK (put_start and put_end
+    returned) are gone (a cycle the writers closed at once loses its newest link)."""
+    def check(index: Index, outcomes: dict) -> None:
+        parents = {child: parent_of(index, child) for child, _ in links}
+        for start in parents:
+            seen, cursor = set(), start
+            while cursor in parents and cursor not in seen:
+                seen.add(cursor)
+                cursor = parents[cursor]
+            assert cursor not in seen, f"a cycle through {start[:8]} survived"
+        lost = [child[:8] for number, (child, parent) in enumerate(links)
+                if outcomes.get(number, "unknown") is None and parents[child] != parent]
+        assert len(lost) <= may_lose, f"acknowledged links lost: {lost}"
+    return check
+
+
 SCENARIOS = [
     Scenario("put/put, crossed parents, new nodes", setup(),
              [put(A, B), put(B, A)], crashable=[0, 1], check_end=not_both_linked),
@@ -135,7 +155,11 @@ SCENARIOS = [
     Scenario("put/resolver", setup(put(A)),
              [put(B, A), resolver], crashable=[0], preemptions=PREEMPTIONS),
     Scenario("three writers closing a cycle", setup(),
-             [put(A, B), put(B, C), put(C, A)], crashable=[0, 1, 2], preemptions=PREEMPTIONS),
+             [put(A, B), put(B, C), put(C, A)], crashable=[0, 1, 2], preemptions=PREEMPTIONS,
+             check_end=acknowledged_links_kept((A, B), (B, C), (C, A), may_lose=1)),
+    Scenario("three writers closing a cycle in one shard", setup(),
+             [put(X, Y), put(Y, Z), put(Z, X)], crashable=[0, 1, 2], preemptions=PREEMPTIONS,
+             check_end=acknowledged_links_kept((X, Y), (Y, Z), (Z, X), may_lose=0)),
 ]
 
 
