@@ -90,6 +90,9 @@ def test_small_run_writes_results(tmp_path: Path) -> None:
     assert all(row["per_second"] > 0 and row["redis_cpu_us"] > 0 for row in floor_rows)
     assert {row["leaves"] for row in floor_rows if row["unit"] == "object"} == {200}
     assert {row["count"] for row in floor_rows if row["unit"] == "object"} == {400}
+    # every layout the checkout offers, each printed (256 = today's only layout)
+    assert results["floor"]["shard_counts"] == sorted(
+        setting.get("shard_count", 256) for setting in floor_module().shard_settings())
     assert results["floor"]["shard_counts"] == sorted({row["shards"] for row in floor_rows})
     goals = {goal["item"]: goal for goal in report["goals"]}
     assert goals["memory per node of two objects, 1M objects, Redis defaults"]["measured"] > 0
