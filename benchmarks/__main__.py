@@ -22,6 +22,7 @@ from . import (
     cluster,
     dropin,
     eviction,
+    floor,
     goals,
     match_prefix,
     memory,
@@ -33,7 +34,7 @@ from .common import SCALES, Context, Table, TreeSnapshots, to_json
 
 BENCHMARKS: dict[str, ModuleType] = {module.NAME: module for module in
                                      (registration, memory, eviction, match_prefix, side_by_side,
-                                      prefix_query, cluster, dropin)}
+                                      prefix_query, cluster, dropin, floor)}
 
 DESCRIPTION = """\
 Benchmarks of mooncake-redis (data model v2) against its goals (issue 10), its baselines
@@ -58,6 +59,9 @@ no persistence unless said; never your Redis):
                 (mooncake_redis.mooncake) next to the real Mooncake client and master
                 (tcp), the same calls on both: put, get, batch_put_from, batch_get_into,
                 batch_is_exist, batch_remove; pages/s and the ratio
+  floor         every write path (put_start, put_end, register, eviction) as a ratio to
+                a minimal reference script of the same schema (benchmarks/floor_lua/),
+                same server, same run, at each shard count a namespace can have
 
 Trees are chat-shaped (system prompts, multi-turn chains, branches), two objects per
 page, built once per run through the public API and loaded into each benchmark's server

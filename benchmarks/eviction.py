@@ -4,10 +4,14 @@ follow the work, not the tree), at the default leaves_per_round and a larger one
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
 
-from mooncake_redis.eviction import Evictor
+import redis
+
+from mooncake_redis import Index
+from mooncake_redis.eviction import EvictionReport, Evictor
 from mooncake_redis.settings import Settings
 
 from .common import (
@@ -20,7 +24,7 @@ from .common import (
     latency,
     open_index,
 )
-from .meter import measure
+from .meter import Measured, measure
 from .trees import KEYS_PER_PAGE, OBJECT_BYTES
 
 NAME = "eviction"
@@ -35,23 +39,30 @@ def tree_sizes(scale: Scale) -> list[int]:
     return list(scale.eviction_objects)
 
 
+def timed_eviction(client: redis.Redis, index: Index, leaves: int,
+                   on_round: Callable[[EvictionReport], None] | None = None) -> Measured:
+    """Set the namespace's capacity to its used bytes and time one eviction job whose
+    target is `leaves` leaves' bytes below it (Measured.result: its EvictionReport)."""
+    index.set_config(max_rounds_per_job=ROUND_LIMIT)
+    used = index.usage().used_bytes
+    index.set_config(capacity_bytes=used)
+    # Half an object of slack, so float rounding of the target never costs a leaf more.
+    evicted_bytes = leaves * KEYS_PER_PAGE * OBJECT_BYTES - OBJECT_BYTES // 2
+    target_ratio = (used - evicted_bytes) / used
+    return measure(client, lambda: Evictor(index.ctx).run(target_ratio, on_round=on_round))
+
+
 def evict_leaves(context: Context, objects: int, leaves_per_round: int) -> dict[str, Any]:
     """Load the tree of `objects` objects, set capacity so that exactly K leaves' bytes
     must go, and time one eviction job that drains them."""
-    leaf_bytes = KEYS_PER_PAGE * OBJECT_BYTES
     with bench_server() as server:
         context.snapshots.load(server, objects)
         client = connect(server)
         index = open_index(server)
-        index.set_config(max_rounds_per_job=ROUND_LIMIT, leaves_per_round=leaves_per_round)
-        used = index.usage().used_bytes
-        index.set_config(capacity_bytes=used)
-        # Half an object of slack, so float rounding of the target never costs a leaf more.
-        evicted_bytes = context.scale.eviction_leaves * leaf_bytes - OBJECT_BYTES // 2
-        target_ratio = (used - evicted_bytes) / used
+        index.set_config(leaves_per_round=leaves_per_round)
         round_ends = [time.perf_counter()]
-        m = measure(client, lambda: Evictor(index.ctx).run(
-            target_ratio, on_round=lambda _: round_ends.append(time.perf_counter())))
+        m = timed_eviction(client, index, context.scale.eviction_leaves,
+                           on_round=lambda _: round_ends.append(time.perf_counter()))
         report = m.result
         rounds = max(1, report.rounds)
         return {"tree_objects": objects, "leaves_per_round": leaves_per_round,

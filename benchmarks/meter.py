@@ -128,3 +128,15 @@ def measure(client: redis.Redis, work: Callable[[], Any]) -> Measured:
     redis_cpu = redis_cpu_seconds(client) - cpu_before
     return Measured(seconds, client_cpu, redis_cpu, traffic.round_trips, traffic.commands,
                     command_delta(before, command_stats(client)), result)
+
+
+def total(parts: list[Measured]) -> Measured:
+    """Several pieces of work metered as one (the steps of one write path)."""
+    commands: dict[str, tuple[int, int]] = {}
+    for part in parts:
+        for name, (calls, usec) in part.commands.items():
+            old_calls, old_usec = commands.get(name, (0, 0))
+            commands[name] = (old_calls + calls, old_usec + usec)
+    return Measured(sum(p.seconds for p in parts), sum(p.client_cpu_seconds for p in parts),
+                    sum(p.redis_cpu_seconds for p in parts), sum(p.round_trips for p in parts),
+                    sum(p.client_commands for p in parts), commands)

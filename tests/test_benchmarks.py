@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
+
+from mooncake_redis import Index, fsck
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,6 +25,7 @@ RESULT_KEYS = {
     "prefix_query": "sizes",
     "cluster": "backends",
     "dropin": "dropin",
+    "floor": "paths",
 }
 """Each benchmark's main entry in results.json."""
 
@@ -82,6 +86,14 @@ def test_small_run_writes_results(tmp_path: Path) -> None:
     assert set(results["dropin"]["dropin"]) == {"shm", "disk"}
     assert all(rate > 0 for rates in results["dropin"]["dropin"].values()
                for rate in rates.values())
+    floor_rows = results["floor"]["paths"]
+    assert all(row["per_second"] > 0 and row["redis_cpu_us"] > 0 for row in floor_rows)
+    assert {row["leaves"] for row in floor_rows if row["unit"] == "object"} == {200}
+    assert {row["count"] for row in floor_rows if row["unit"] == "object"} == {400}
+    # every layout the checkout offers, each printed (256 = today's only layout)
+    assert results["floor"]["shard_counts"] == sorted(
+        setting.get("shard_count", 256) for setting in floor_module().shard_settings())
+    assert results["floor"]["shard_counts"] == sorted({row["shards"] for row in floor_rows})
     goals = {goal["item"]: goal for goal in report["goals"]}
     assert goals["memory per node of two objects, 1M objects, Redis defaults"]["measured"] > 0
     assert "### Issue 10 goals" in (tmp_path / "tables.md").read_text()
@@ -129,3 +141,59 @@ def test_the_drop_in_runs_next_to_the_real_mooncake_client_where_installed(tmp_p
 
     assert set(results["results"]["mooncake"]["results"]) == set(dropin_workload.OPS)
     assert all(row[1] > 0 and row[3] > 0 for row in results["tables"][0]["rows"])
+
+
+def floor_module() -> Any:
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import floor
+
+    return floor
+
+
+@pytest.mark.parametrize("setting", floor_module().shard_settings(), ids=str)
+def test_the_floor_leaves_the_state_the_real_scripts_leave(redis_url: str,
+                                                           setting: dict[str, int]) -> None:
+    # The floor is a reference only if its state is ours: same fields and counters in every
+    # node, same leaves, same stats, same event fields; fsck finds nothing before or after
+    # its eviction, which unlinks each leaf from its parent as ours does.
+    floor = floor_module()
+    from benchmarks.registration import checked, pages_of
+    from benchmarks.trees import KEYS_PER_PAGE, OBJECT_BYTES, put_items
+
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    scripts = floor.FloorScripts(client)
+    reference, ours = (Index.from_url(redis_url, namespace=name, **setting)
+                       for name in ("floor", "ours"))
+    pages = pages_of(7, 300)
+    assert sum(scripts.register(reference, group, 10_000)
+               for group in (pages[:120], pages[120:])) == len(pages)
+    items = put_items(pages)
+    checked(ours.batch_put_start(items))
+    checked(ours.batch_put_end([key for key, _, _ in items]))
+    ours.close()
+    for page, _ in pages:
+        mine, theirs = (client.hgetall(index.ctx.schema.node(page)) for index in (ours,
+                                                                                reference))
+        assert set(theirs) == set(mine), page
+        assert all(theirs[f] == mine[f] for f in ("p", "nc", "no", "b") if f in mine), page
+    assert reference.usage().nodes == ours.usage().nodes == len(pages)
+    events: dict[str, list[tuple[str, ...]]] = {"floor": [], "ours": []}
+    for shard in ours.ctx.all_shards():
+        mine_keys, theirs_keys = (index.ctx.schema.shard_keys(shard) for index in (ours,
+                                                                                 reference))
+        assert client.zrange(theirs_keys.leaves, 0, -1) == client.zrange(mine_keys.leaves, 0, -1)
+        assert client.hmget(theirs_keys.stats, "used_bytes", "objects", "nodes") == \
+            client.hmget(mine_keys.stats, "used_bytes", "objects", "nodes")
+        for name, keys in (("floor", theirs_keys), ("ours", mine_keys)):
+            events[name] += [tuple(sorted(entry.items()))
+                             for _, entry in client.xrange(keys.events)]
+    assert len(events["ours"]) == len(pages) * KEYS_PER_PAGE  # none trimmed: the same events
+    assert sorted(events["floor"]) == sorted(events["ours"])
+    assert fsck.check(reference.ctx).clean
+
+    leaves, objects = scripts.evict(reference, 100)
+    assert (leaves, objects) == (100, 100 * KEYS_PER_PAGE)
+    usage = reference.usage()
+    assert (usage.nodes, usage.objects) == (len(pages) - 100, (len(pages) - 100) * KEYS_PER_PAGE)
+    assert usage.used_bytes == usage.objects * OBJECT_BYTES
+    assert fsck.check(reference.ctx).clean
