@@ -18,6 +18,7 @@ RESULT_KEYS = {
     "memory": "totals",
     "eviction": "trees",
     "match_prefix": "calls",
+    "reads": "calls",
     "mooncake": "ops",
     "prefix_query": "sizes",
     "cluster": "backends",
