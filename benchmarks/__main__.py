@@ -27,14 +27,15 @@ from . import (
     match_prefix,
     memory,
     prefix_query,
+    read_floor,
     registration,
     side_by_side,
 )
 from .common import SCALES, Context, Table, TreeSnapshots, to_json
 
 BENCHMARKS: dict[str, ModuleType] = {module.NAME: module for module in
-                                     (registration, memory, eviction, match_prefix, side_by_side,
-                                      prefix_query, cluster, dropin, floor)}
+                                     (registration, memory, eviction, match_prefix, read_floor,
+                                      side_by_side, prefix_query, cluster, dropin, floor)}
 
 DESCRIPTION = """\
 Benchmarks of mooncake-redis (data model v2) against its goals (issue 10), its baselines
@@ -49,6 +50,9 @@ no persistence unless said; never your Redis):
   eviction      objects/s evicting the same leaves from 100k- and 1M-object trees
   match_prefix  latency and round trips of match_prefix over 1,000-page chains; writes
                 at the bottom of such a chain
+  reads         match_prefix, batch_is_exist, batch_get, get_keys_by_prefix next to a
+                lean hiredis pipeline of the same commands (the floor): wall time and
+                client CPU, ours/floor
   mooncake      side by side with mooncake_master (if installed: scripts/
                 install_mooncake_peer.sh): put/get/is_exist/remove, single and batch,
                 keys/s and ours/theirs, on Redis with AOF, without, and in-process

@@ -4,6 +4,7 @@ mooncake_redis, so benchmarks/versions.py can meter any checkout the same way.""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -61,6 +62,10 @@ class ClientTraffic:
         cls = redis.connection.AbstractConnection
         originals = {name: getattr(cls, name)
                      for name in ("send_packed_command", "read_response")}
+        # replies the executor reads with hiredis itself (mooncake_redis.executor.LeanReader,
+        # where the checkout has it) pass no read_response: counted where it reads them
+        lean = getattr(sys.modules.get("mooncake_redis.executor"), "LeanReader", None)
+        lean_read = getattr(lean, "_read_plain", None)
 
         def send_packed_command(connection: Any, *args: Any, **kwargs: Any) -> Any:
             self.round_trips += 1
@@ -70,14 +75,22 @@ class ClientTraffic:
             self.commands += 1
             return originals["read_response"](connection, *args, **kwargs)
 
+        def read_plain(reader: Any, count: int, *args: Any, **kwargs: Any) -> Any:
+            self.commands += count
+            return lean_read(reader, count, *args, **kwargs)
+
         patches = {"send_packed_command": send_packed_command, "read_response": read_response}
         for name, patch in patches.items():
             setattr(cls, name, patch)
+        if lean_read is not None:
+            lean._read_plain = read_plain  # type: ignore[union-attr]
         try:
             yield self
         finally:
             for name, original in originals.items():
                 setattr(cls, name, original)
+            if lean_read is not None:
+                lean._read_plain = lean_read  # type: ignore[union-attr]
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -389,6 +389,38 @@ class Context:
         """(prefix hash, suffix) of an object key, validated (with the settings as last
         read: callers refresh them once per call, not per key)."""
         return split_key(self.extractor.prefix, self.key(key))
+
+    def split_all(self, keys: Sequence[Any]) -> list[tuple[str, str, str]]:
+        """(key, prefix hash, suffix) of each object key: what `split` gives, with its
+        checks inlined for the common key (a short ASCII str, which always encodes);
+        any other goes through `split` and its errors."""
+        limit = self._settings.max_key_length
+        prefix_of = self.extractor.prefix
+        targets = []
+        for key in keys:
+            if key.__class__ is str and 0 < len(key) <= limit and key.isascii():
+                prefix_hash = prefix_of(key)
+                if prefix_hash.__class__ is str and prefix_hash and key.startswith(prefix_hash):
+                    targets.append((key, prefix_hash, key[len(prefix_hash):]))
+                    continue
+            targets.append((key, *self.split(key)))
+        return targets
+
+    def node_hashes(self, values: Sequence[Any], what: str = "prefix hash") -> list[str]:
+        """`node_hash` of each value: all at once where the extractor can check a whole
+        list (`Extractor.all_hashes`), else its checks inlined for a well-formed ASCII
+        hash; anything else goes through `node_hash` and its errors."""
+        limit = self._settings.max_key_length
+        all_hashes = self.extractor.all_hashes
+        if all_hashes is not None:
+            texts = list(values)
+            if texts and all_hashes(texts) and max(map(len, texts)) <= limit:
+                return texts  # hex digests: non-empty ASCII str, each a hash
+            values = texts
+        is_hash = self.extractor.is_hash
+        return [value if value.__class__ is str and 0 < len(value) <= limit
+                and value.isascii() and is_hash(value) else self.node_hash(value, what)
+                for value in values]
 
     def prefix_hash(self, value: Any, what: str = "prefix hash") -> str:
         """A prefix hash given by a caller, well-formed under the namespace's rule."""

@@ -324,7 +324,7 @@ class Index:
         if isinstance(hash_chain, (str, bytes)):
             raise InvalidArgument("match_prefix takes a sequence of prefix hashes, not one "
                                   "string; wrap it in a list")
-        return tree.match_prefix(self.ctx, [self._hash(h) for h in hash_chain])
+        return tree.match_prefix(self.ctx, self.ctx.node_hashes(hash_chain))
 
     # -- capacity ------------------------------------------------------------------------
 
@@ -375,10 +375,10 @@ class Index:
             raise InvalidArgument(f"keys must be a list of object keys, got "
                                   f"{type(keys).__name__}")
         self.settings  # noqa: B018  # refresh the settings (if due) once, not per key
-        targets = [(key, *self.ctx.split(key)) for key in keys]
+        targets = self.ctx.split_all(keys)
         if unique:
             check_unique([key for key, _, _ in targets], "object key")
-        return targets  # type: ignore[return-value]
+        return targets
 
     def _hash(self, prefix_hash: Any) -> str:
         return self.ctx.node_hash(prefix_hash)

@@ -9,7 +9,14 @@ from .context import Context
 from .deletion import item_result
 from .errors import MooncakeRedisError, from_script_error
 from .models import ObjectInfo, Result
-from .values import HARD_PIN, SOFT_PIN, decode_object, is_complete_value, object_field
+from .values import (
+    COMPLETE_PREFIX,
+    HARD_PIN,
+    OBJECT_PREFIX,
+    SOFT_PIN,
+    decode_object,
+    object_field,
+)
 
 Target = tuple[str, str, str]
 """(key, prefix hash, suffix)"""
@@ -48,21 +55,26 @@ def get(ctx: Context, targets: Sequence[Target], probe: bool = False
 
 
 def exist(ctx: Context, targets: Sequence[Target]) -> list[bool]:
-    """Whether each object is stored and complete: one HMGET per node, no script."""
+    """Whether each object is stored and complete: one HMGET per node, no script. Each
+    target remembers its place in its node's field list, so each reply is read once."""
     fields: dict[str, list[str]] = {}
+    places: list[int] = []
     for _, prefix_hash, suffix in targets:
-        fields.setdefault(prefix_hash, []).append(object_field(suffix))
+        named = fields.get(prefix_hash)
+        if named is None:
+            named = fields[prefix_hash] = []
+        places.append(len(named))
+        named.append(OBJECT_PREFIX + suffix)
+    node = ctx.schema.node
     batch = ctx.batch()
-    nodes = list(fields)
-    for prefix_hash in nodes:
-        batch.command("HMGET", ctx.schema.node(prefix_hash), *fields[prefix_hash])
-    values: dict[tuple[str, str], str | None] = {}
-    for prefix_hash, reply in zip(nodes, batch.execute()):
+    batch.reads([("HMGET", node(prefix_hash), *named) for prefix_hash, named in fields.items()])
+    values: dict[str, list[str | None]] = dict(zip(fields, batch.execute()))
+    for reply in values.values():
         if isinstance(reply, MooncakeRedisError):
             raise reply
-        values.update(zip(((prefix_hash, f) for f in fields[prefix_hash]), reply))
-    return [is_complete_value(values[prefix_hash, object_field(suffix)])
-            for _, prefix_hash, suffix in targets]
+    return [value is not None and value.startswith(COMPLETE_PREFIX)
+            for value in [values[prefix_hash][place]
+                          for (_, prefix_hash, _), place in zip(targets, places)]]
 
 
 def object_info(key: str, prefix_hash: str, value: str | None) -> ObjectInfo | None:

@@ -68,13 +68,13 @@ def match_prefix(ctx: Context, chain: Sequence[str]) -> int:
     """How many leading pages of the chain are usable: each has objects and none of them
     is processing. One HMGET per page; the first MATCH_PREFIX_PROBE pages in one round
     trip, the rest in a second only if they all matched."""
+    node = ctx.schema.node
     matched = 0
     for start, end in ((0, MATCH_PREFIX_PROBE), (MATCH_PREFIX_PROBE, len(chain))):
         if start >= end:
             break
         batch = ctx.batch()
-        for prefix_hash in chain[start:end]:
-            batch.command("HMGET", ctx.schema.node(prefix_hash), "no", "np")
+        batch.reads([("HMGET", node(prefix_hash), "no", "np") for prefix_hash in chain[start:end]])
         for objects, processing in batch.execute():
             if not objects or processing:
                 return matched

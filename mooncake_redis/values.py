@@ -194,8 +194,12 @@ def parent_of(p: str | None) -> str | None:
     return None if p is None or p.startswith(SHELL_MARKER) else p
 
 
+COMPLETE_PREFIX = "1c,"
+"""What a complete object's packed value starts with (format 1, state c)."""
+
+
 def is_complete_value(value: str | None) -> bool:
-    return value is not None and value.startswith("1c,")
+    return value is not None and value.startswith(COMPLETE_PREFIX)
 
 
 @dataclass(frozen=True)

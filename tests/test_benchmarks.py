@@ -21,6 +21,7 @@ RESULT_KEYS = {
     "memory": "totals",
     "eviction": "trees",
     "match_prefix": "calls",
+    "reads": "calls",
     "mooncake": "ops",
     "prefix_query": "sizes",
     "cluster": "backends",
