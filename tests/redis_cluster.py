@@ -13,7 +13,10 @@ from redis_server import RedisServer
 NODE_TIMEOUT_MS = 1000
 """cluster-node-timeout: a replica takes over about this long after its master dies."""
 
-START_DEADLINE_S = 30
+START_DEADLINE_S = 180
+"""How long creating the cluster (redis-cli --cluster create waits for the nodes to gossip)
+and its first health check may take: a hang guard only. At load 8 on 2 cores a create has
+taken over 60 s, which failed every cluster test of that worker."""
 
 CLUSTER_ARGS = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                 "--cluster-node-timeout", str(NODE_TIMEOUT_MS))
@@ -36,7 +39,8 @@ class LocalCluster:
             subprocess.run(
                 [binary, "--cluster", "create", *(f"127.0.0.1:{s.port}" for s in self.servers),
                  "--cluster-replicas", str(replicas), "--cluster-yes"],
-                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                timeout=START_DEADLINE_S)
             self.wait_until_healthy()
         except BaseException:
             self.stop()
