@@ -83,6 +83,9 @@ def test_small_run_writes_results(tmp_path: Path) -> None:
     assert results["prefix_query"]["sizes"][0]["scan"]["samples"] > 0
     assert {row["evicted_objects"] for row in results["cluster"]["backends"].values()} == {100}
     assert sum(row["shards"] for row in results["cluster"]["spread"]) == 16  # new namespace
+    assert [len(row["masters"]) for row in results["cluster"]["backends"].values()] == [1, 3]
+    assert all(m["register_cpu_s"] > 0 for row in results["cluster"]["backends"].values()
+               for m in row["masters"])  # every master served part of the registration
     assert results["dropin"]["mooncake"] == {"skipped": "--skip-peer given"}
     assert set(results["dropin"]["dropin"]) == {"shm", "disk"}
     assert all(rate > 0 for rates in results["dropin"]["dropin"].values()
