@@ -44,14 +44,18 @@ def open_index(args: argparse.Namespace, read_only: bool = False, namespace: str
     """The index of --url/--namespace. read_only=True writes nothing at open (no setting is
     filled in from the environment); commands that only look must use it. must_exist:
     raise NamespaceNotFound for a namespace that holds nothing (commands that read one)."""
-    index = Index.from_url(url_of(args), namespace or namespace_of(args), read_only=read_only,
-                           **settings)
-    if must_exist and not namespace_exists(index.ctx):
-        raise NamespaceNotFound(
-            f"namespace {index.namespace!r} does not exist at {redact(url_of(args))}: no "
-            "settings, segments or shard stats (mistyped? `mooncake-redis namespaces` lists "
-            "the namespaces there)")
-    return index
+    name = namespace or namespace_of(args)
+    if must_exist:  # looked at read-only first: a writable open records the shard count
+        probe = Index.from_url(url_of(args), name, read_only=True)
+        if not namespace_exists(probe.ctx):
+            raise NamespaceNotFound(
+                f"namespace {probe.namespace!r} does not exist at {redact(url_of(args))}: "
+                "no settings, segments or shard stats (mistyped? `mooncake-redis "
+                "namespaces` lists the namespaces there)")
+        if read_only:
+            return probe
+        probe.close()
+    return Index.from_url(url_of(args), name, read_only=read_only, **settings)
 
 
 def fail(message: str, *urls: str, code: int = FAILURE) -> int:

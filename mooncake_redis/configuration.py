@@ -66,7 +66,11 @@ def _refuse(ctx: Context, values: Mapping[str, Any]) -> None:
         raise ConfigurationError(
             "capacity_bytes: the namespace's capacity is the sum of its mounted segments "
             f"({', '.join(sorted(ctx.segments))}); mount, remount or unmount segments instead")
-    refuse_stranding(ctx.client, ctx.schema, ctx.reload_settings(), values)
+    current = ctx.reload_settings()
+    mending = set(ctx.unreadable_settings)  # a value nobody could read decides nothing yet:
+    # writing the one the namespace really has must not be refused as a change
+    refuse_stranding(ctx.client, ctx.schema, current,
+                     {name: value for name, value in values.items() if name not in mending})
 
 
 def _after(ctx: Context, values: Mapping[str, Any]) -> None:

@@ -36,6 +36,7 @@ from .links import (
     stands_for_a_link,
 )
 from .matching import scan_node_keys
+from .prefix import LEGACY_SHARD_COUNT, NEW_SHARD_COUNT, shard_of
 from .rescoring import repair_nodes
 from .values import (
     NodeFields,
@@ -114,6 +115,12 @@ def check(ctx: Context, repair: bool = False, shards: Sequence[str] | None = Non
         for key in page:
             node_keys[key.split("{", 1)[1][:2]].append(key)
     checker.drop_unusable_keys(todo, node_keys, every_shard=shards is None)
+    if repair and checker.report.counts["node_of_another_layout"]:
+        repair = checker.repair = False  # counters recounted under a wrong layout would be
+        # wrong too: nothing more is repaired until the shard count is mended
+        checker.report.add("repair_stopped",
+                           "nodes sit as another shard count places them: nothing else was "
+                           "repaired; mend shard_count (or move the nodes), then run again")
     if repair:
         checker.report.resolver = resolve(ctx, grace_ms=0, shards=todo)
     parents: dict[str, str | None] = {}
@@ -129,6 +136,14 @@ def check(ctx: Context, repair: bool = False, shards: Sequence[str] | None = Non
     checker.check_cycles(parents)
     ctx.flush()
     return checker.report
+
+
+def layout_placing(prefix_hash: str, tag: str) -> int | None:
+    """The default shard count (of a new namespace, or of one stored before the setting)
+    under which a node of this hash lives under this tag, if any: what a node looks like
+    when the stored shard_count is not the one its writers used."""
+    return next((count for count in (NEW_SHARD_COUNT, LEGACY_SHARD_COUNT)
+                 if shard_of(prefix_hash, count) == tag), None)
 
 
 class _Checker:
@@ -152,10 +167,22 @@ class _Checker:
             for key in node_keys[tag]:
                 prefix_hash = self.ctx.schema.hash_of_node_key(key)
                 if self.ctx.shard(prefix_hash) != tag:
-                    self.report.add("node_misplaced",
-                                    f"{key}: node {prefix_hash} belongs in shard "
-                                    f"{self.ctx.shard(prefix_hash)}; no client can reach it here")
-                    self._delete(key)
+                    other_layout = layout_placing(prefix_hash, tag)
+                    if other_layout is None:
+                        self.report.add("node_misplaced",
+                                        f"{key}: node {prefix_hash} belongs in shard "
+                                        f"{self.ctx.shard(prefix_hash)}; no client can reach "
+                                        "it here")
+                        self._delete(key)
+                    else:  # the setting, not the node, may be what is wrong: keep the data
+                        self.report.add(
+                            "node_of_another_layout",
+                            f"{key}: node {prefix_hash} sits where a namespace of "
+                            f"{other_layout} shards keeps it, not in shard "
+                            f"{self.ctx.shard(prefix_hash)} of this one's "
+                            f"{self.ctx.schema.shard_count}: if {self.ctx.schema.settings} "
+                            "shard_count is wrong, mend it (redis-cli HSET); fsck does not "
+                            "delete such nodes")
                 else:
                     kept.append(key)
                     expected[key] = "hash"

@@ -342,3 +342,16 @@ def test_unknown_url_schemes_are_configuration_errors() -> None:
 def test_an_unknown_argument_names_the_known_settings() -> None:
     with pytest.raises(ConfigurationError, match="unknown setting 'capacity'.*capacity_bytes"):
         Index.from_url("memory://settings-unknown", capacity=1)
+
+
+def test_an_unreadable_structural_setting_can_be_set_back_on_a_namespace_with_nodes(
+        make_index) -> None:
+    index: Index = make_index(prefix_extractor="tagged")
+    index.put_start(f"llama3:{page('t')}_0_k", 1)
+    index.client.hset(index.ctx.schema.settings, "prefix_extractor", "nope")  # planted
+    mending: Index = make_index()
+    assert mending.ctx.unreadable_settings == {"prefix_extractor": "nope"}
+    mending.set_config(prefix_extractor="tagged")  # the namespace's real rule: not a change
+    assert stored(mending)["prefix_extractor"] == "tagged"
+    with pytest.raises(ConfigurationError, match="refusing to change prefix_extractor"):
+        mending.set_config(prefix_extractor="rfc")  # readable again: changes are refused

@@ -9,6 +9,7 @@ import redis
 from helpers import page
 
 from mooncake_redis import ConfigurationError, Index
+from mooncake_redis.executor import load_scripts
 
 PAGES = [page(("batch", i)) for i in range(200)]
 
@@ -91,7 +92,35 @@ def test_a_200_page_batch_takes_at_most_one_call_a_shard_a_step(
     step; counted by Redis itself."""
     index = Index.from_url(redis_url, namespace="calls", shard_count=shard_count)
     client = redis.Redis.from_url(redis_url)
+    load_scripts(index.client, index.ctx.scripts.all)  # no NOSCRIPT re-send is counted
     before = evalsha_calls(client)
     index.batch_put_start([(f"{h}_0_k", 1) for h in PAGES])
     calls = evalsha_calls(client) - before
     assert calls == len({index.ctx.shard(h) for h in PAGES}) <= most_calls
+
+
+def test_fsck_keeps_nodes_that_a_wrong_stored_count_misplaces(make_index) -> None:
+    """A planted (valid) shard_count makes every node look misplaced: fsck says so and its
+    repair deletes nothing, since the setting, not the data, may be what is wrong."""
+    from mooncake_redis.fsck import check
+
+    old: Index = make_index(shard_count=256)
+    keys = [f"{h}_0_k" for h in PAGES[:20]]
+    old.batch_put_start([(key, 1) for key in keys])
+    old.batch_put_end(keys)
+    old.client.hset(old.ctx.schema.settings, "shard_count", "16")  # planted
+    wrong: Index = make_index()
+    found = check(wrong.ctx, repair=True)
+    assert found.counts["node_of_another_layout"] > 0 and found.counts["repair_stopped"] == 1
+    assert not found.repaired
+    old.client.hset(old.ctx.schema.settings, "shard_count", "256")  # mended
+    mended: Index = make_index()
+    assert all(mended.object_info(key) is not None for key in keys)
+    assert check(mended.ctx).clean
+
+
+def test_a_writing_command_on_a_mistyped_namespace_writes_nothing(redis_url: str) -> None:
+    from mooncake_redis.cli import main
+
+    assert main(["--url", redis_url, "--namespace", "typo", "fsck", "--repair"]) != 0
+    assert redis.Redis.from_url(redis_url).keys("typo:*") == []
