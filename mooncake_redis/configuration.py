@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from .admission import rebalance
-from .context import Context, refuse_stranding
+from .context import STRUCTURAL_SETTINGS, Context, holds_nodes, refuse_stranding
 from .errors import ConfigurationError
 from .rescoring import rescore_leaves
 from .settings import OPTION_NAMES, SETTING_NAMES, Settings, check_settings, coerce
@@ -35,6 +35,14 @@ def reset_settings(ctx: Context, names: Iterable[str]) -> Settings:
     values = {name: getattr(defaults, coerce_name(name)) for name in names}
     if "shard_count" in values:
         raise ConfigurationError(FIXED_SHARD_COUNT)
+    ctx.reload_settings()
+    unknown = [name for name in values
+               if name in STRUCTURAL_SETTINGS and name in ctx.unreadable_settings]
+    if unknown and holds_nodes(ctx.client, ctx.schema):
+        raise ConfigurationError(
+            f"refusing to reset {', '.join(unknown)} on namespace {ctx.schema.namespace!r}, "
+            "which holds nodes: the stored value cannot be read, so the default may not be "
+            "the rule its nodes were written with; `config set` the namespace's real value")
     _refuse(ctx, values)
     check_settings(replace(ctx.reload_settings(), **values))
     if values:

@@ -351,6 +351,8 @@ def test_an_unreadable_structural_setting_can_be_set_back_on_a_namespace_with_no
     index.client.hset(index.ctx.schema.settings, "prefix_extractor", "nope")  # planted
     mending: Index = make_index()
     assert mending.ctx.unreadable_settings == {"prefix_extractor": "nope"}
+    with pytest.raises(ConfigurationError, match="refusing to reset prefix_extractor"):
+        mending.reset_config("prefix_extractor")  # the default may not be its rule
     mending.set_config(prefix_extractor="tagged")  # the namespace's real rule: not a change
     assert stored(mending)["prefix_extractor"] == "tagged"
     with pytest.raises(ConfigurationError, match="refusing to change prefix_extractor"):
