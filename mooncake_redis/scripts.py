@@ -22,7 +22,7 @@ SHARD_SCRIPTS = (
     "link", "put_start", "register", "put_end", "grant_lease", "delete", "evict", "unlink",
     "resolve", "repair_node", "recount_shard", "trim_fences", "invalidate", "scrub",
 )
-OTHER_SCRIPTS = ("lock_token", "segment", "segment_flag", "read_events")
+OTHER_SCRIPTS = ("lock_token", "segment", "segment_flag", "read_events", "lend")
 SCRIPT_NAMES = SHARD_SCRIPTS + OTHER_SCRIPTS
 
 RETRY_SAFE = frozenset({"link", "put_start", "register", "put_end", "grant_lease", "unlink",
