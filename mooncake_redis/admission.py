@@ -155,8 +155,8 @@ def rebalance(ctx: Context, lock_token: str | None = None) -> list[ShardUsage]:
               for shard, (used, limit), (objects, nodes, shells)
               in zip(shards, stamped, replies[len(shards):])]
     if not capacity:
-        for shard in usages:
-            batch.command("HDEL", ctx.schema.shard_keys(shard.shard).stats, "limit",
+        for usage_of in usages:
+            batch.command("HDEL", ctx.schema.shard_keys(usage_of.shard).stats, "limit",
                           retry_safe=True)
         batch.execute()
         return usages
