@@ -120,9 +120,12 @@ def rebalance(ctx: Context, lock_token: str | None = None) -> list[ShardUsage]:
     give back capacity lost by a borrower that died between its take and its give. With
     unlimited capacity the limits are removed.
 
-    It runs under the namespace's eviction lock (an eviction job passes the token it
-    holds; other callers take it, and skip the run while a job holds it: the job ends with
-    one), so two keepers never both give back the same lost capacity. It only moves limit
+    It runs under the namespace's eviction lock, so that two keepers never both give back
+    the same bytes: an eviction job passes the token it holds (and reads the settings
+    again first: a capacity change made during the job applies now); other callers take
+    the lock, and while a job holds it they only take limit down to a lowered capacity,
+    giving nothing (safe beside any keeper or borrower; the job's run at its end does the
+    rest). It only moves limit
     as borrowers do (borrowing.py): first it stamps every shard with a new generation,
     reading its used bytes and limit in the same script; then it takes from the shards
     over their target, at most their spare, and only where its stamp is still there;
@@ -134,11 +137,16 @@ def rebalance(ctx: Context, lock_token: str | None = None) -> list[ShardUsage]:
     if lock_token is None:
         token = secrets.token_hex(8)
         if not _eviction_lock(ctx, "acquire", token):
-            return read_shards(ctx)  # an eviction job runs, and ends with a keeper run
+            return _lower_to_capacity(ctx)
         try:
-            return rebalance(ctx, token)
+            return _keep(ctx)
         finally:
             _eviction_lock(ctx, "release", token)
+    ctx.reload_settings()
+    return _keep(ctx)
+
+
+def _keep(ctx: Context) -> list[ShardUsage]:
     capacity = ctx.settings.capacity_bytes
     generation = secrets.token_hex(8)
     shards = ctx.all_shards()
@@ -155,11 +163,7 @@ def rebalance(ctx: Context, lock_token: str | None = None) -> list[ShardUsage]:
               for shard, (used, limit), (objects, nodes, shells)
               in zip(shards, stamped, replies[len(shards):])]
     if not capacity:
-        for usage_of in usages:
-            batch.command("HDEL", ctx.schema.shard_keys(usage_of.shard).stats, "limit",
-                          retry_safe=True)
-        batch.execute()
-        return usages
+        return _remove_limits(ctx, usages)
     wanted = targets(capacity, [used for used, _ in stamped])
     lost = capacity - sum(max(used, limit) for used, limit in stamped)
     try:
@@ -168,6 +172,39 @@ def rebalance(ctx: Context, lock_token: str | None = None) -> list[ShardUsage]:
     except OutcomeUnknown as error:  # a lost take or give leaves limit unused, never extra
         log.warning("keeper: %s; the next run gives back what was lost", error)
     return usages
+
+
+def _lower_to_capacity(ctx: Context) -> list[ShardUsage]:
+    """The keeper without the lock: when the limits allow more than capacity (it was
+    lowered), take the excess from the shards over their target; never give (a give
+    could repeat what the keeper holding the lock gives back)."""
+    shards = read_shards(ctx)
+    capacity = ctx.settings.capacity_bytes
+    if not capacity:
+        return _remove_limits(ctx, shards)
+    default = shard_default_limit(ctx)
+    limits = [default if s.limit is None else s.limit for s in shards]
+    excess = sum(max(s.used_bytes, limit) for s, limit in zip(shards, limits)) - capacity
+    batch = ctx.batch()
+    for s, limit, target in zip(shards, limits, targets(capacity, [s.used_bytes for s in shards])):
+        if excess > 0 and limit > target:
+            lend(batch, ctx, s.shard, "take", "", min(limit - target, excess))
+            excess -= min(limit - target, excess)
+    try:
+        raise_first_error(batch.execute())
+    except OutcomeUnknown as error:
+        log.warning("keeper: %s", error)
+    return shards
+
+
+def _remove_limits(ctx: Context, shards: list[ShardUsage]) -> list[ShardUsage]:
+    """Unlimited capacity: no shard has a limit."""
+    batch = ctx.batch()
+    for shard in shards:
+        batch.command("HDEL", ctx.schema.shard_keys(shard.shard).stats, "limit",
+                      retry_safe=True)
+    batch.execute()
+    return shards
 
 
 def _take_over_target(ctx: Context, shards: Sequence[str], stamped: list[tuple[int, int]],

@@ -109,12 +109,16 @@ def test_a_give_after_a_keeper_read_the_donor_is_refused(make_index) -> None:
     assert sum(limits(index).values()) == CAPACITY
 
 
-def test_the_keeper_skips_while_an_eviction_job_holds_the_lock(make_index) -> None:
+def test_without_the_lock_the_keeper_only_takes_down_to_a_lowered_capacity(
+        make_index) -> None:
     index: Index = make_index(capacity_bytes=CAPACITY)
-    take(index, index.ctx.all_shards()[0], 100)
+    take(index, index.ctx.all_shards()[0], 100)  # lost by a borrower
     index.client.set(index.ctx.schema.eviction_lock, "another job")
     rebalance(index.ctx)
-    assert sum(limits(index).values()) == CAPACITY - 100  # the job's own run will do it
+    assert sum(limits(index).values()) == CAPACITY - 100  # the job's own run gives it back
+    index.set_config(capacity_bytes=CAPACITY // 2)  # lowered: applies at once
+    assert sum(limits(index).values()) == CAPACITY // 2
     index.client.delete(index.ctx.schema.eviction_lock)
     rebalance(index.ctx)
-    assert sum(limits(index).values()) == CAPACITY
+    assert sum(limits(index).values()) == CAPACITY // 2
+    assert set(limits(index).values()) == {CAPACITY // 2 // 16, CAPACITY // 2 // 16 + 1}

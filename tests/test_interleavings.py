@@ -243,7 +243,19 @@ BORROWING = Scenario(
     shards=shard_names(BORROW_SHARDS))
 
 
-def test_borrowing_never_takes_the_store_over_capacity(redis_url: str) -> None:
-    schedules = Explorer(redis_url, BORROWING, namespace="mc-borrow").explore()
+TWO_KEEPERS = Scenario(
+    "borrowing limit/two keepers (one without the lock)",
+    setup(settings(capacity_bytes=BORROW_CAPACITY), put_bytes(S1, 8)),
+    [put_bytes(S0, 20), keeper, keeper], crashable=[0, 1],
+    preemptions=PREEMPTIONS, check_step=within_capacity, refusals=(NoSpace,),
+    check_end=keeper_gives_back_what_was_lost,
+    index_settings={"shard_count": BORROW_SHARDS},
+    shards=shard_names(BORROW_SHARDS))
+
+
+@pytest.mark.parametrize("scenario", [BORROWING, TWO_KEEPERS], ids=lambda s: s.name)
+def test_borrowing_never_takes_the_store_over_capacity(redis_url: str,
+                                                       scenario: Scenario) -> None:
+    schedules = Explorer(redis_url, scenario, namespace="mc-borrow").explore()
     assert schedules > 1
-    print(f"{BORROWING.name}: {schedules:,} schedules explored")
+    print(f"{scenario.name}: {schedules:,} schedules explored")
