@@ -7,7 +7,8 @@
 -- the time after which they may be freed (the end of the old object's read lease).
 -- KEYS: 1-7 the shard's keys, then the nodes
 -- ARGV: 1-3 header (_lib.lua), 4 batch id, 5 put_start_discard_timeout (ms), 6 the shard's
---       default byte limit (0 = none; a limit in stats, kept by admission.py, wins),
+--       default byte limit (0 = none: capacity unlimited; a limit in stats, kept by
+--       admission.py, wins, and may be 0: all of it lent to other shards),
 --       7 mode ('put'|'upsert'), then 10 per item: node key index, node hash, key suffix,
 --       size, pins (0-3), writer token, parent hash ('' = none), link epoch, cycle-checked
 --       (0|1), replicas ('' or '|<segment>,<location>,<medium>' ..., escaped)
@@ -62,7 +63,7 @@ local function put(n, suffix, size, pins, token, parent, epoch, checked, reps)
     old = {state, old_size, t, old_pins, old_reps}
   end
   local grow = charged(size, reps) - (old and charged(old[2], old[5]) or 0)
-  if limit > 0 and grow > 0 and used + grow > limit then
+  if default_limit > 0 and grow > 0 and used + grow > limit then  -- 0: lent away
     return fail('NO_SPACE', 'shard ' .. string.match(STATS, '{(..)}') .. ' holds ' .. num(used) ..
       ' bytes and ' .. num(grow) .. ' more would pass its limit of ' .. num(limit))
   end

@@ -3,25 +3,29 @@ limit per shard that put_start checks inside its own script (no extra round trip
 namespace-wide hot key).
 
 A shard's limit is, until a keeper writes one, its even share of capacity_bytes (rounded
-up). The keeper (every eviction job, the monitor, a change of capacity) reads every
-shard's usage and gives each shard its usage plus an even share of the free space, so the
-limits add up to capacity_bytes: the store never goes over capacity, and a shard that
-holds more than its share (hashes are uniform; a shard is 1/shard_count of the keys) can still
-grow while there is room anywhere. The cost: a put is refused when its own shard's limit
-is reached although other shards have room, until the next keeper run (docs/ARCHITECTURE.md
-measures how early that happens).
+up). Limit only moves between shards, taken from a shard's spare before it is given to
+another (lua/lend.lua), so the limits never add up to more than capacity_bytes: a put
+refused for its shard's limit borrows from the shards with the most spare and is sent
+again (borrowing.py), and the keeper (every eviction job, the monitor, a change of
+capacity) moves limit so that each shard has its usage plus an even share of the free
+space, and gives back capacity a borrower lost by dying between its two steps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+import secrets
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .context import Context
-from .errors import MooncakeRedisError
+from .errors import MooncakeRedisError, OutcomeUnknown
+from .executor import Batch, raise_first_error
 from .models import Usage
 from .segment_registry import Segment, parse_registry
 from .values import to_int
+
+log = logging.getLogger(__name__)
 
 
 def default_shard_limit(capacity_bytes: int, shard_count: int) -> int:
@@ -89,22 +93,149 @@ def usage(ctx: Context) -> Usage:
                  segments=segments)
 
 
-def rebalance(ctx: Context) -> list[ShardUsage]:
-    """The keeper: each shard's limit becomes its usage plus an even share of the free
-    space (none when over capacity); with unlimited capacity the limits are removed."""
+def shard_default_limit(ctx: Context) -> int:
+    """What put_start and lend.lua take as a shard's limit while its stats hold none."""
+    return default_shard_limit(ctx.settings.capacity_bytes, ctx.settings.shard_count)
+
+
+def lend(batch: Batch, ctx: Context, shard: str, op: str, generation: str,
+         amount: int = 0) -> int:
+    """Queue one lua/lend.lua call on a shard's stats; returns its position. A stamp may
+    be sent again (same state, same kind of answer); a take or a give may not."""
+    return batch.call(ctx.scripts["lend"], [ctx.schema.shard_keys(shard).stats],
+                      [op, shard_default_limit(ctx), generation, amount],
+                      retry_safe=op == "stamp")
+
+
+def targets(capacity: int, used: list[int]) -> list[int]:
+    """Each shard's limit as the keeper wants it: its usage plus an even share of the free
+    space (the remainder to the first shards), so the limits add up to capacity exactly
+    (to the usage when over it)."""
+    share, remainder = divmod(max(0, capacity - sum(used)), len(used))
+    return [u + share + (i < remainder) for i, u in enumerate(used)]
+
+
+def rebalance(ctx: Context, lock_token: str | None = None) -> list[ShardUsage]:
+    """The keeper: move limit so that each shard's becomes its target (`targets`), and
+    give back capacity lost by a borrower that died between its take and its give. With
+    unlimited capacity the limits are removed.
+
+    It runs under the namespace's eviction lock, so that two keepers never both give back
+    the same bytes: an eviction job passes the token it holds (and reads the settings
+    again first: a capacity change made during the job applies now); other callers take
+    the lock, and while a job holds it they only take limit down to a lowered capacity,
+    giving nothing (safe beside any keeper or borrower; the job's run at its end does the
+    rest). It only moves limit
+    as borrowers do (borrowing.py): first it stamps every shard with a new generation,
+    reading its used bytes and limit in the same script; then it takes from the shards
+    over their target, at most their spare, and only where its stamp is still there;
+    then it gives what it took, plus the lost capacity (capacity minus the sum of each
+    shard's larger of limit and usage, as stamped; negative when over), to the shards
+    under their target, again only where its stamp is still there. A put racing the
+    keeper only uses its shard's limit, so nothing it does can take the store over
+    capacity; docs/ARCHITECTURE.md ("Capacity and admission") gives the argument."""
+    if lock_token is None:
+        token = secrets.token_hex(8)
+        if not _eviction_lock(ctx, "acquire", token):
+            return _lower_to_capacity(ctx)
+        try:
+            return _keep(ctx)
+        finally:
+            _eviction_lock(ctx, "release", token)
+    ctx.reload_settings()
+    return _keep(ctx)
+
+
+def _keep(ctx: Context) -> list[ShardUsage]:
+    capacity = ctx.settings.capacity_bytes
+    generation = secrets.token_hex(8)
+    shards = ctx.all_shards()
+    batch = ctx.batch()
+    for shard in shards:
+        lend(batch, ctx, shard, "stamp", generation)
+    for shard in shards:
+        batch.command("HMGET", ctx.schema.shard_keys(shard).stats, "objects", "nodes",
+                      "shells")
+    replies = batch.execute()
+    raise_first_error(replies)
+    stamped = [(to_int(used), to_int(limit)) for used, limit in replies[:len(shards)]]
+    usages = [ShardUsage(shard, used, to_int(objects), to_int(nodes), limit, to_int(shells))
+              for shard, (used, limit), (objects, nodes, shells)
+              in zip(shards, stamped, replies[len(shards):])]
+    if not capacity:
+        return _remove_limits(ctx, usages)
+    wanted = targets(capacity, [used for used, _ in stamped])
+    lost = capacity - sum(max(used, limit) for used, limit in stamped)
+    try:
+        budget = lost + _take_over_target(ctx, shards, stamped, wanted, generation)
+        _give_under_target(ctx, shards, stamped, wanted, generation, budget)
+    except OutcomeUnknown as error:  # a lost take or give leaves limit unused, never extra
+        log.warning("keeper: %s; the next run gives back what was lost", error)
+    return usages
+
+
+def _lower_to_capacity(ctx: Context) -> list[ShardUsage]:
+    """The keeper without the lock: when the limits allow more than capacity (it was
+    lowered), take the excess from the shards over their target; never give (a give
+    could repeat what the keeper holding the lock gives back)."""
     shards = read_shards(ctx)
     capacity = ctx.settings.capacity_bytes
-    batch = ctx.batch()
     if not capacity:
-        for shard in shards:
-            if shard.limit is not None:
-                batch.command("HDEL", ctx.schema.shard_keys(shard.shard).stats, "limit",
-                              retry_safe=True)
-    else:
-        free = max(0, capacity - sum(s.used_bytes for s in shards))
-        share = free // len(shards)
-        for shard in shards:
-            batch.command("HSET", ctx.schema.shard_keys(shard.shard).stats, "limit",
-                          shard.used_bytes + share, retry_safe=True)
+        return _remove_limits(ctx, shards)
+    default = shard_default_limit(ctx)
+    limits = [default if s.limit is None else s.limit for s in shards]
+    excess = sum(max(s.used_bytes, limit) for s, limit in zip(shards, limits)) - capacity
+    batch = ctx.batch()
+    for s, limit, target in zip(shards, limits, targets(capacity, [s.used_bytes for s in shards])):
+        if excess > 0 and limit > target:
+            lend(batch, ctx, s.shard, "take", "", min(limit - target, excess))
+            excess -= min(limit - target, excess)
+    try:
+        raise_first_error(batch.execute())
+    except OutcomeUnknown as error:
+        log.warning("keeper: %s", error)
+    return shards
+
+
+def _remove_limits(ctx: Context, shards: list[ShardUsage]) -> list[ShardUsage]:
+    """Unlimited capacity: no shard has a limit."""
+    batch = ctx.batch()
+    for shard in shards:
+        batch.command("HDEL", ctx.schema.shard_keys(shard.shard).stats, "limit",
+                      retry_safe=True)
     batch.execute()
     return shards
+
+
+def _take_over_target(ctx: Context, shards: Sequence[str], stamped: list[tuple[int, int]],
+                      wanted: list[int], generation: str) -> int:
+    batch = ctx.batch()
+    for shard, (_, limit), target in zip(shards, stamped, wanted):
+        if limit > target:
+            lend(batch, ctx, shard, "take", generation, limit - target)
+    replies = batch.execute()
+    raise_first_error(replies)
+    return sum(to_int(taken) for taken, _ in replies)
+
+
+def _give_under_target(ctx: Context, shards: Sequence[str], stamped: list[tuple[int, int]],
+                       wanted: list[int], generation: str, budget: int) -> None:
+    batch = ctx.batch()
+    for shard, (_, limit), target in zip(shards, stamped, wanted):
+        if budget <= 0:
+            break
+        if limit < target:
+            amount = min(budget, target - limit)
+            lend(batch, ctx, shard, "give", generation, amount)
+            budget -= amount
+    raise_first_error(batch.execute())
+
+
+def _eviction_lock(ctx: Context, operation: str, token: str) -> bool:
+    batch = ctx.batch()
+    batch.call(ctx.scripts["lock_token"], [ctx.schema.eviction_lock],
+               [operation, token, ctx.settings.eviction_lock_ttl_ms], retry_safe=True)
+    (result,) = batch.execute()
+    if isinstance(result, MooncakeRedisError):
+        raise result
+    return bool(int(result))

@@ -107,7 +107,7 @@ def admission_limits(index: Index) -> str:
         return (f"{human_bytes(share)} per shard, an even share of "
                 "capacity (no keeper has rebalanced yet)")
     return (f"per-shard limits {human_bytes(min(limits))} .. {human_bytes(max(limits))} (set "
-            "by the last keeper run: eviction, monitor, capacity change)")
+            "by refused puts borrowing, and by the keeper: eviction, monitor, capacity change)")
 
 
 HASH_PREFIX = re.compile(rf"[0-9a-f]{{{MIN_HASH_PREFIX},{PREFIX_HASH_LENGTH - 1}}}")

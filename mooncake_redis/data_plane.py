@@ -251,7 +251,8 @@ def write_pages(index: Index, pages: Sequence[Page],
     leaves no file (ObjectAlreadyExists: stored already, by this or another writer). With
     evict (an eviction job to a target ratio; None: the usual one), a page refused for
     space gets one retry after a job that leaves room for it, and, with watermark, a job
-    runs when usage ends above the high watermark (one more usage() read per call)."""
+    runs when usage ends above the high watermark (one more usage() read per call), before
+    the pages are completed, so that it evicts older pages rather than these."""
     replicas: dict[str, list[Replica]] = {}
     try:
         for page in pages:
@@ -269,13 +270,13 @@ def write_pages(index: Index, pages: Sequence[Page],
         evict(room_for(index, full))
         results.update(_put_start(index, full, replicas, soft_pin, hard_pin, upsert))
     _delete(stores, replicas, [key for key, result in results.items() if not result.ok])
+    if evict is not None and watermark and \
+            index.usage().ratio > index.settings.high_watermark:
+        evict(None)  # before put_end: this call's pages, still processing, are not taken
     finished = [key for key, result in results.items() if result.ok]
     for result in index.batch_put_end(finished):
         if not result.ok:  # a put_end refused: an event frees its files
             results[result.key] = result
-    if evict is not None and watermark and \
-            index.usage().ratio > index.settings.high_watermark:
-        evict(None)
     return [results[page.key] for page in pages]
 
 
@@ -297,18 +298,12 @@ def _delete(stores: Mapping[str, Sequence[FileByteStore]],
 
 
 def room_for(index: Index, pages: Sequence[Page]) -> float:
-    """The eviction target that leaves room for these pages. Admission gives each of the
-    namespace's shards its usage plus an even share of the free space (admission.py), so a
-    shard takes k more pages only while the free space is at least shard_count times
-    their bytes: with a capacity of a few thousand pages, the usual target
-    (high_watermark - eviction_ratio) may leave less than that."""
+    """The eviction target that leaves room for these pages (admission lets a page take
+    any free space: a refused shard borrows limit, borrowing.py): with a capacity of a few
+    hundred pages, the usual target (high_watermark - eviction_ratio) may leave less."""
     settings = index.settings
     if not settings.capacity_bytes:
         return settings.eviction_target_ratio
-    per_shard: dict[str, int] = {}
-    for page in pages:
-        shard = index.ctx.shard(index.ctx.split(page.key)[0])
-        per_shard[shard] = per_shard.get(shard, 0) + len(page.data)
-    need = settings.shard_count * max(per_shard.values(), default=0)
+    need = sum(len(page.data) for page in pages)
     room = 1 - need / settings.capacity_bytes - settings.eviction_ratio
     return max(0.0, min(settings.eviction_target_ratio, room))

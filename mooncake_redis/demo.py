@@ -22,9 +22,8 @@ LAYERS, KV_HEADS, HEAD_DIM, DTYPE_BYTES = 32, 8, 128, 2
 KV_OBJECT_BYTES = DTYPE_BYTES * LAYERS * (KV_HEADS // TP_RANKS) * HEAD_DIM * PAGE_TOKENS
 """One page's K (or V) on one rank: 512 KiB, so 1 MiB of KV per page and rank."""
 DEMO_CAPACITY_BYTES = 64 << 30
-"""Admission is a per-shard byte limit (capacity/shard_count until a keeper rebalances),
-so the capacity must be far above shard_count objects: 64 GiB gives each of 16 shards
-4 GiB (each of 256, 256 MiB)."""
+"""64 GiB: room for 65,536 pages of 1 MiB (admission lets a put take any free space: a
+shard refused for its own limit borrows from the others)."""
 SQUEEZE_ABOVE_WATERMARK = 0.05
 
 

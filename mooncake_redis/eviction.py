@@ -215,7 +215,7 @@ class Evictor:
             rescore_leaves(ctx, latest_possible_score(ctx, ctx.redis_time_ms()))
             self._rounds(report, target, max_rounds or settings.max_rounds_per_job, token,
                          on_round)
-            rebalance(ctx)
+            rebalance(ctx, token)  # under this job's lock
         finally:
             ctx.flush()
             self._lock(token, "release")

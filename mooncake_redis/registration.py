@@ -6,22 +6,26 @@ an epoch and records a pending link; step 2 in the child's shard writes the obje
 registration and names the parent, unless a fence, a stale epoch, another parent or a
 possible cycle refuses it. On a single Redis both steps of a whole batch go in one
 pipeline: one round trip. Items refused for a reason the client can mend (a stale or
-fenced epoch, a cycle check) are sent again; links this call recorded but no item
-confirmed are settled at once; a new link into a node with children from elsewhere is
-confirmed only by the resolver, after its walk for cycles.
+fenced epoch, a cycle check) are sent again, and so, once, are items refused for their
+shard's byte limit, after borrowing limit from other shards (borrowing.py); links this
+call recorded but no item confirmed are settled at once; a new link into a node with
+children from elsewhere is confirmed only by the resolver, after its walk for cycles.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .admission import default_shard_limit
+from .borrowing import borrow, charged_bytes
 from .context import Context
 from .errors import (
     CycleDetected,
     LinkContention,
     MooncakeRedisError,
+    NoSpace,
     ParentConflict,
     from_script_error,
 )
@@ -87,8 +91,26 @@ def write(ctx: Context, writes: list[Write], mode: str = "put") -> list[Result[N
     """Send the items (after the in-batch checks) until each is written or refused. Mode
     'upsert' lets put_start replace stored objects (lua/put_start.lua)."""
     refuse_in_batch(writes)
-    todo = [w for w in writes if w.result is None]
     sends: list[_Sent] = []
+    _send_until_answered(ctx, [w for w in writes if w.result is None], mode, sends)
+    refused = [w for w in writes if w.result is not None and isinstance(w.result.error, NoSpace)]
+    if refused:  # the refusal path only: borrow limit from other shards, send once more
+        needs: dict[str, int] = defaultdict(int)
+        for w in refused:
+            needs[ctx.shard(w.prefix_hash)] += charged_bytes(w.size, w.replicas)
+        room = borrow(ctx, needs)
+        again = [w for w in refused if ctx.shard(w.prefix_hash) in room]
+        for w in again:
+            w.result, w.state = None, ""
+        _send_until_answered(ctx, again, mode, sends)
+    _settle(ctx, writes, sends)
+    return [w.result for w in writes]  # type: ignore[misc]  # every item has one now
+
+
+def _send_until_answered(ctx: Context, todo: list[Write], mode: str,
+                         sends: list[_Sent]) -> None:
+    """Send until each item is written or refused (a fenced or stale epoch, or a cycle
+    walk, costs a send); every send is recorded in `sends` for _settle."""
     for _ in range(MAX_SENDS):
         if not todo:
             break
@@ -99,8 +121,6 @@ def write(ctx: Context, writes: list[Write], mode: str = "put") -> list[Result[N
             f"gave up after {MAX_SENDS} sends: the link's epoch kept being fenced or stale "
             "(concurrent deletions of this node, or a resolver with no grace period); send "
             "it again", key=w.object_key, prefix_hash=w.prefix_hash))
-    _settle(ctx, writes, sends)
-    return [w.result for w in writes]  # type: ignore[misc]  # every item has one now
 
 
 def refuse_in_batch(writes: list[Write]) -> None:

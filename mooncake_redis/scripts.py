@@ -22,8 +22,11 @@ SHARD_SCRIPTS = (
     "link", "put_start", "register", "put_end", "grant_lease", "delete", "evict", "unlink",
     "resolve", "repair_node", "recount_shard", "trim_fences", "invalidate", "scrub",
 )
-OTHER_SCRIPTS = ("lock_token", "segment", "segment_flag", "read_events")
+OTHER_SCRIPTS = ("lock_token", "segment", "segment_flag", "read_events", "lend")
 SCRIPT_NAMES = SHARD_SCRIPTS + OTHER_SCRIPTS
+WITHOUT_LIBRARY = frozenset({"lend"})
+"""Scripts that use nothing of _lib.lua and so are sent without it: its definitions cost
+instructions on every call (the keeper stamps every shard each run)."""
 
 RETRY_SAFE = frozenset({"link", "put_start", "register", "put_end", "grant_lease", "unlink",
                         "resolve", "lock_token", "trim_fences", "invalidate", "segment_flag"})
@@ -42,16 +45,18 @@ def read_lua(name: str) -> str:
 
 
 def build_script(name: str, shebang: bool = True) -> LuaScript:
-    """The script with the helpers prepended. Its first line may be a Redis 7 shebang
-    (`#!lua flags=allow-oom` on scripts that free memory: they must run when Redis is at
-    maxmemory; a plain `#!lua` makes Redis refuse the whole script up front there, never
-    half-way through): it stays first. shebang=False drops it (fakeredis has none)."""
+    """The script with the helpers prepended (unless it is WITHOUT_LIBRARY). Its first
+    line may be a Redis 7 shebang (`#!lua flags=allow-oom` on scripts that free memory:
+    they must run when Redis is at maxmemory; a plain `#!lua` makes Redis refuse the whole
+    script up front there, never half-way through): it stays first. shebang=False drops
+    it (fakeredis has none)."""
     body = read_lua(name)
     first, _, rest = body.partition("\n")
     header = ""
     if first.startswith("#!lua"):
         header, body = (first + "\n" if shebang else ""), rest
-    source = header + read_lua(LIBRARY) + "\n" + body
+    library = "" if name in WITHOUT_LIBRARY else read_lua(LIBRARY) + "\n"
+    source = header + library + body
     return LuaScript(name, source, hashlib.sha1(source.encode()).hexdigest())
 
 

@@ -179,11 +179,13 @@ class LogicalClock:
 class Slot:
     """One operation's Index, reused across runs; each run gives it a fresh gate."""
 
-    def __init__(self, url: str, namespace: str, number: int):
+    def __init__(self, url: str, namespace: str, number: int,
+                 settings: dict[str, Any] | None = None):
         self.number = number
         # reset() reloads the settings before every run: a refresh coming due inside a run
         # would add a step that a replay of the same schedule does not have
-        self.index = Index.from_url(url, namespace=namespace, settings_refresh_seconds=3600)
+        self.index = Index.from_url(url, namespace=namespace, settings_refresh_seconds=3600,
+                                    **(settings or {}))
         self.gate = Gate()
         run = self.index.ctx.executor.run
 
@@ -250,6 +252,14 @@ class Scenario:
     """At most this many switches away from an operation that could go on (None: no
     bound). Bounded exploration covers every schedule with that few preemptions, which
     is where concurrency bugs are found in practice (Musuvathi & Qadeer, CHESS)."""
+    check_step: Callable[[Index], list[str]] | None = None
+    """An invariant of the scenario's own, checked with S after every step (what it finds
+    broken, [] for nothing)."""
+    refusals: tuple[type[Exception], ...] = ()
+    """Refusals expected here besides EXPECTED_REFUSALS (NoSpace where space is short)."""
+    index_settings: dict[str, Any] = field(default_factory=dict)
+    """Settings every Index of the scenario is opened with (shard_count, for instance: give
+    the scenario a namespace of its own, since a stored namespace keeps its layout)."""
 
 
 def invariant_s(index: Index) -> list[str]:
@@ -283,8 +293,9 @@ class Explorer:
         self.runs = 0
         self.states = 0
         self.client = redis.Redis.from_url(url)
-        self.slots = [Slot(url, namespace, n) for n in range(len(scenario.ops))]
-        self.observer = Index.from_url(url, namespace=namespace)
+        self.slots = [Slot(url, namespace, n, scenario.index_settings)
+                      for n in range(len(scenario.ops))]
+        self.observer = Index.from_url(url, namespace=namespace, **scenario.index_settings)
 
     def explore(self, max_runs: int = 5_000) -> int:
         """Run schedules until every reachable state (up to commuting steps) is covered;
@@ -360,6 +371,9 @@ class Explorer:
             broken = invariant_s(self.observer)
             if broken:
                 raise AssertionError(self._describe("invariant S broken", labels, broken))
+            if scenario.check_step is not None and (broken := scenario.check_step(
+                    self.observer)):
+                raise AssertionError(self._describe("step check failed", labels, broken))
         else:
             self._check_end(gate, threads, outcomes, labels)
         self._stop(gate, threads)
@@ -369,7 +383,8 @@ class Explorer:
                    outcomes: dict[int, Any], labels: list[str]) -> None:
         gate.join(threads)
         for number, outcome in sorted(outcomes.items()):
-            if isinstance(outcome, Exception) and not isinstance(outcome, EXPECTED_REFUSALS):
+            if isinstance(outcome, Exception) and not isinstance(
+                    outcome, EXPECTED_REFUSALS + self.scenario.refusals):
                 raise AssertionError(self._describe(f"operation {number} failed: {outcome!r}",
                                                     labels, []))
         resolve(self.observer.ctx, grace_ms=0, shards=self.scenario.shards)

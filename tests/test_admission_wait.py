@@ -14,6 +14,8 @@ from mooncake_redis.prefix import NEW_SHARD_COUNT as SHARDS
 
 SHARD_SHARE = 1000
 """Capacity per shard: SHARDS x this in all."""
+BIG = 900
+"""More than a full store's free space, less than what one eviction job frees."""
 
 
 @pytest.fixture(autouse=True)
@@ -30,9 +32,8 @@ def in_shard(shard: int, name: str) -> str:
 
 def full_store(redis_url: str, **settings: object) -> Index:
     """Every shard holds one complete, evictable object of 950 bytes: 95% of capacity,
-    above the high watermark, and 50 bytes left in each shard's share. An eviction job
-    frees down to 85% and its keeper gives each shard its usage plus 1/SHARDS of the free
-    space: 150 bytes more."""
+    above the high watermark, and 50 bytes left in each shard's share: 800 bytes free in
+    all, less than BIG. An eviction job frees down to 85%."""
     index = Index.from_url(redis_url, namespace="wait", capacity_bytes=SHARDS * SHARD_SHARE,
                            lease_ttl_ms=1, **settings)
     keys = [in_shard(shard, "old") for shard in range(SHARDS)]
@@ -47,7 +48,7 @@ def test_without_a_wait_a_full_store_refuses_at_once_and_evicts_nothing(
     index = full_store(redis_url)
     new = in_shard(0, "new")
     with pytest.raises(NoSpace):
-        index.put_start(new, 100)
+        index.put_start(new, BIG)
     assert index.object_info(new) is None
     assert index.usage().objects == SHARDS  # no queue, no wait: nothing evicts
 
@@ -55,14 +56,14 @@ def test_without_a_wait_a_full_store_refuses_at_once_and_evicts_nothing(
 def test_with_a_wait_the_put_runs_an_eviction_job_and_succeeds(redis_url: str) -> None:
     index = full_store(redis_url)
     new = in_shard(0, "new")
-    index.put_start(new, 100, wait_ms=10_000)
+    index.put_start(new, BIG, wait_ms=10_000)
     info = index.object_info(new)
-    assert info is not None and info.size == 100 and info.state == "processing"
+    assert info is not None and info.size == BIG and info.state == "processing"
     usage = index.usage()
     target = index.settings.eviction_target_ratio * usage.capacity_bytes
     evicted = SHARDS - (usage.objects - 1)
-    assert evicted > 0 and usage.used_bytes == (SHARDS - evicted) * 950 + 100
-    assert usage.used_bytes - 100 <= target  # the job ran down to its target
+    assert evicted > 0 and usage.used_bytes == (SHARDS - evicted) * 950 + BIG
+    assert usage.used_bytes - BIG <= target  # the job ran down to its target
     assert_consistent(index)
 
 

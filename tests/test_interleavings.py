@@ -11,8 +11,9 @@ import pytest
 from helpers import page
 from interleaving import Explorer, Scenario
 
-from mooncake_redis import Index
-from mooncake_redis.prefix import NEW_SHARD_COUNT, shard_of
+from mooncake_redis import Index, NoSpace
+from mooncake_redis.admission import read_shards, rebalance
+from mooncake_redis.prefix import NEW_SHARD_COUNT, shard_names, shard_of
 
 
 def shard(prefix_hash: str) -> str:
@@ -191,3 +192,70 @@ def test_an_operation_that_hangs_fails_the_run_with_its_schedule(redis_url: str)
             Explorer(redis_url, scenario, wait_deadline_s=3).explore()
     finally:
         released.set()
+
+
+# Borrowing limit (mooncake_redis/borrowing.py) racing another put and the keeper, in a
+# namespace of 4 shards of 10 bytes each: S1 holds 8 bytes, 32 are free, and the two puts
+# want 20 + 15, so one of them must be refused. After every step the used bytes stay within
+# capacity, and so does the sum over shards of the larger of limit and usage (what the
+# shards could hold without another move of limit).
+BORROW_SHARDS = 4
+BORROW_CAPACITY = 40
+S0, S1, S2 = [next(h for h in (page(f"borrow-{s}-{i}") for i in range(1000))
+                   if shard_of(h, BORROW_SHARDS) == f"{s:02x}")
+              for s in range(3)]
+
+
+def put_bytes(prefix_hash: str, size: int):
+    def operation(index: Index) -> None:
+        index.put_start(f"{prefix_hash}_0_k", size)
+    return operation
+
+
+def keeper(index: Index) -> None:
+    rebalance(index.ctx)
+
+
+def within_capacity(index: Index) -> list[str]:
+    shards = read_shards(index.ctx)
+    share = BORROW_CAPACITY // BORROW_SHARDS  # the limit of a shard that has none yet
+    used = sum(s.used_bytes for s in shards)
+    could = sum(max(share if s.limit is None else s.limit, s.used_bytes) for s in shards)
+    return ([f"{used} bytes used, over the capacity of {BORROW_CAPACITY}"]
+            * (used > BORROW_CAPACITY)
+            + [f"limits allow {could} bytes, over the capacity"] * (could > BORROW_CAPACITY))
+
+
+def keeper_gives_back_what_was_lost(index: Index, outcomes: dict) -> None:
+    assert not within_capacity(index)
+    index.client.delete(index.ctx.schema.eviction_lock)  # a crashed keeper's lock expires
+    rebalance(index.ctx)
+    assert sum(s.limit or 0 for s in read_shards(index.ctx)) == BORROW_CAPACITY
+
+
+BORROWING = Scenario(
+    "borrowing limit/another put/the keeper",
+    setup(settings(capacity_bytes=BORROW_CAPACITY), put_bytes(S1, 8)),
+    [put_bytes(S0, 20), put_bytes(S2, 15), keeper], crashable=[0, 2],
+    preemptions=PREEMPTIONS, check_step=within_capacity, refusals=(NoSpace,),
+    check_end=keeper_gives_back_what_was_lost,
+    index_settings={"shard_count": BORROW_SHARDS},
+    shards=shard_names(BORROW_SHARDS))
+
+
+TWO_KEEPERS = Scenario(
+    "borrowing limit/two keepers (one without the lock)",
+    setup(settings(capacity_bytes=BORROW_CAPACITY), put_bytes(S1, 8)),
+    [put_bytes(S0, 20), keeper, keeper], crashable=[0, 1],
+    preemptions=PREEMPTIONS, check_step=within_capacity, refusals=(NoSpace,),
+    check_end=keeper_gives_back_what_was_lost,
+    index_settings={"shard_count": BORROW_SHARDS},
+    shards=shard_names(BORROW_SHARDS))
+
+
+@pytest.mark.parametrize("scenario", [BORROWING, TWO_KEEPERS], ids=lambda s: s.name)
+def test_borrowing_never_takes_the_store_over_capacity(redis_url: str,
+                                                       scenario: Scenario) -> None:
+    schedules = Explorer(redis_url, scenario, namespace="mc-borrow").explore()
+    assert schedules > 1
+    print(f"{scenario.name}: {schedules:,} schedules explored")

@@ -128,7 +128,7 @@ def test_refusals_leave_state_unchanged(make_index) -> None:
     before = snapshot(index)
     refusals = [
         (ObjectAlreadyExists, lambda: other.put_start(KEY, 1)),
-        (NoSpace, lambda: index.put_start(f"{A}_1_k", 41)),
+        (NoSpace, lambda: index.put_start(f"{A}_1_k", NEW_SHARD_COUNT * 100 - 59)),
         (InvalidObjectState, lambda: index.remove(KEY)),  # processing: use put_revoke
         (ObjectNotFound, lambda: index.put_end("unknown")),
         (ObjectNotFound, lambda: index.put_revoke("unknown")),
@@ -272,10 +272,20 @@ def test_pins_are_stored_per_object_and_a_hard_pin_keeps_the_leaf(index: Index) 
     assert index.client.zscore(soft_leaves, A) == float("inf")
 
 
-def test_capacity_is_a_limit_per_shard(make_index) -> None:
-    index = make_index(capacity_bytes=NEW_SHARD_COUNT * GIB)  # 1 GiB per shard
+def test_a_put_that_fits_the_free_capacity_borrows_limit_from_other_shards(
+        make_index) -> None:
+    index = make_index(capacity_bytes=NEW_SHARD_COUNT * GIB)  # 1 GiB per shard at first
     index.put_start(KEY, GIB)
-    with pytest.raises(NoSpace, match="shard"):
-        index.put_start(f"{A}_1_k", 1)
-    index.put_start(f"{page('elsewhere')}_0_k", GIB)  # another shard has its own share
-    assert index.usage().used_bytes == 2 * GIB
+    index.put_start(f"{A}_1_k", GIB)  # past its shard's share: it borrows from the others
+    schema = index.ctx.schema
+    stats = [schema.shard_keys(shard).stats for shard in index.ctx.all_shards()]
+    limits = [int(index.client.hget(key, "limit") or GIB) for key in stats]
+    assert sum(limits) == NEW_SHARD_COUNT * GIB  # moved, never made
+    assert limits[stats.index(schema.shard_keys(index.ctx.shard(A)).stats)] >= 2 * GIB
+    free = NEW_SHARD_COUNT * GIB - 2 * GIB
+    with pytest.raises(NoSpace, match="shard"):  # more than the free capacity: refused
+        index.put_start(f"{page('elsewhere')}_0_k", free + 1)
+    index.put_start(f"{page('elsewhere')}_0_k", free)  # all of it
+    assert index.usage().used_bytes == NEW_SHARD_COUNT * GIB
+    with pytest.raises(NoSpace):
+        index.put_start(f"{page('one more')}_0_k", 1)

@@ -380,7 +380,7 @@ def test_a_clients_settings_arguments_do_not_change_another_clients_behaviour(
     tagged = f"llama3:{page('t')}_0_k"
     assert second.ctx.split(tagged) == (tagged, "")  # the stored rule (rfc), not tagged
     with pytest.raises(MooncakeRedisError, match="NO_SPACE|limit"):
-        second.put_start(f"{page('big')}_0_k", 1000)  # the stored capacity's share
+        second.put_start(f"{page('big')}_0_k", 16 * 100 + 1)  # over the stored capacity
 
 
 @pytest.mark.parametrize("argument", [{"prefix_extractor": "tagged"},

@@ -404,9 +404,9 @@ def test_without_rq_the_worker_paths_say_what_to_install(
         err = capsys.readouterr().err
         assert err == f"error: `{command}`: {RQ_MISSING}\n"
     index = Index.from_url(redis_url, namespace="no-rq", queue_url=queue_url,
-                           capacity_bytes=16 * 10)  # 10 bytes a shard
+                           capacity_bytes=16 * 10)
     with pytest.raises(ConfigurationError, match=r"pip install 'mooncake-redis\[rq\]'"):
-        index.put_start(f"{page('big')}_0_k", 100)  # refused for space: the enqueue needs rq
+        index.put_start(f"{page('big')}_0_k", 161)  # refused for space: the enqueue needs rq
     with pytest.raises(ConfigurationError, match=r"pip install 'mooncake-redis\[rq\]'"):
         run_worker(queue_url, burst=True)
     index.set_config(capacity_bytes=0)
