@@ -8,18 +8,22 @@
 -- KEYS: 1-7 the shard's keys, then the nodes
 -- ARGV: 1-3 header (_lib.lua), 4 batch id, 5 put_start_discard_timeout (ms), 6 the shard's
 --       default byte limit (0 = none; a limit in stats, kept by admission.py, wins),
---       7 mode ('put'|'upsert'), then 10 per item: node key index, node hash, key suffix,
---       size, pins (0-3), writer token, parent hash ('' = none), link epoch, cycle-checked
---       (0|1), replicas ('' or '|<segment>,<location>,<medium>' ..., escaped)
--- Returns: one per item: 'OK' .. link flag ('' no parent, 'L' linked, 'C' linked but left
+--       7 mode ('put'|'upsert'), 8 writer token, 9 link epoch, then per group of one
+--       node's objects with one parent: node key index, node hash, parent hash ('' =
+--       none), cycle-checked (0|1|1:<links>), count k, and 4 per object: key suffix,
+--       size, pins (0-3), replicas ('' or '|<segment>,<location>,<medium>' ..., escaped)
+-- Returns: one per object, in order: 'OK' .. link flag ('' no parent, 'L' linked, 'C' linked but left
 --          for the resolver's cycle walk), or a refusal: ALREADY_EXISTS, NO_SPACE,
 --          SEGMENT_NOT_MOUNTED, PARENT_CONFLICT, CYCLE (a cycle within the shard), and
 --          the link refusals the client handles itself: STALE_EPOCH, FENCED <fence>,
 --          CYCLE_CHECK
 local batch, discard_ms, default_limit, upsert =
   ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == 'upsert'
+local token, epoch = ARGV[8], tonumber(ARGV[9])
 read_stats()
 local used, limit = s_used, s_limit or default_limit
+local NOW = now()
+local now_s = num(NOW)
 
 -- Whether a segment is mounted: its m:<segment> flag in the shard's stats (segments.py
 -- sets it in every shard before the segment counts, and clears it before unmounting).
@@ -40,7 +44,8 @@ local function busy(n, suffix, state, by_us)
     or '') .. ')')
 end
 
-local function put(n, suffix, size, pins, token, parent, epoch, checked, reps)
+-- One object through the node record (the general path: every case).
+local function put(n, suffix, size, pins, parent, checked, reps)
   local name = 'o:' .. suffix
   local current = field(n, name)
   local old
@@ -55,7 +60,7 @@ local function put(n, suffix, size, pins, token, parent, epoch, checked, reps)
       if not upsert then return busy(n, suffix, state, true) end
     elseif state == 'c' then
       if not upsert then return busy(n, suffix, state, old_token == token) end
-    elseif t + discard_ms > now() then
+    elseif t + discard_ms > NOW then
       return busy(n, suffix, state, false)
     end
     -- unfinished past the discard timeout, or replaced by an upsert: take over
@@ -74,12 +79,12 @@ local function put(n, suffix, size, pins, token, parent, epoch, checked, reps)
   if not how then return refusal end
   create(n)
   local flag = apply_parent(n, parent, epoch, how, batch)
-  put_field(n, name, pack_object('p', size, now(), pins, token, reps))
-  count_object(n, 1, 'p', size, now(), pins, reps)
+  put_field(n, name, pack_object('p', size, NOW, pins, token, reps))
+  count_object(n, 1, 'p', size, NOW, pins, reps)
   if old then
     count_object(n, -1, old[1], old[2], old[3], old[4], old[5])
     if old[5] ~= '' then
-      local free_after = old[1] == 'c' and old[3] > now() and old[3] or now()
+      local free_after = old[1] == 'c' and old[3] > NOW and old[3] or NOW
       emit('replaced', n, suffix, old[2], old[5], 'free_after', num(free_after))
     end
   end
@@ -87,12 +92,97 @@ local function put(n, suffix, size, pins, token, parent, epoch, checked, reps)
   return 'OK' .. flag
 end
 
-for a = 8, #ARGV, 10 do want(KEYS[tonumber(ARGV[a])], 'o:' .. ARGV[a + 2]) end
+-- The common case without a node record: every object of the group is new and fits, its
+-- segments are mounted, and the link needs no refusal. Reads the node with one HMGET
+-- (counters and the group's objects) and, when the case holds, writes it with one HSET
+-- (an HDEL only for a shell's batch marker that goes) and moves it in the leaf index;
+-- returns false (nothing written) when it does not, for the general path.
 local results = {}
-for a = 8, #ARGV, 10 do
-  local n = node(KEYS[tonumber(ARGV[a])], ARGV[a + 1])
-  results[#results + 1] = put(n, ARGV[a + 2], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
-    ARGV[a + 5], ARGV[a + 6], tonumber(ARGV[a + 7]), ARGV[a + 8], ARGV[a + 9])
+local function put_new(key, hash, parent, checked, first, k)
+  local names = {}
+  for i = 1, k do names[i] = 'o:' .. ARGV[first + 4 * i - 4] end
+  local v = redis.call('HMGET', key, 'p', 'pe', 'nc', 'no', 'np', 'ps', 'psn', 'nh', 'ns',
+    'b', 'lm', unpack(names))
+  local grow = 0
+  for i = 1, k do
+    local at = first + 4 * i - 4
+    local reps = ARGV[at + 3]
+    if v[11 + i] or (reps ~= '' and unmounted_segment(reps)) then return false end
+    grow = grow + charged(tonumber(ARGV[at + 1]), reps)
+  end
+  if limit > 0 and grow > 0 and used + grow > limit then return false end
+  local p, lb = v[1], nil
+  if p and string.byte(p, 1) == 63 then lb, p = string.sub(p, 2), nil end
+  local nc, no = tonumber(v[3]), tonumber(v[4])
+  local children = (nc or 0) > 0
+  local flag, put = '', {}
+  if parent ~= '' then
+    if p then
+      if p ~= parent then return false end
+      flag = 'L'
+      if epoch > (tonumber(v[2]) or 0) then put[#put + 1] = 'pe'; put[#put + 1] = ARGV[9] end
+    else
+      if epoch < NOW - EPOCH_HORIZON_MS then return false end
+      local fence = fence_of(hash)
+      if fence and fence >= epoch then return false end
+      if children and lb ~= batch and not walk_holds(checked) then return false end
+      flag = (children and lb ~= batch) and 'C' or 'L'
+      if children then d_links = d_links + 1 end
+      put[#put + 1] = 'p'; put[#put + 1] = parent
+      put[#put + 1] = 'pe'; put[#put + 1] = ARGV[9]
+    end
+  end
+  -- the group is written from here on
+  local np, ps, psn = tonumber(v[5]) or 0, tonumber(v[6]), tonumber(v[7]) or 0
+  local nh, ns, b, lm = tonumber(v[8]) or 0, tonumber(v[9]) or 0, tonumber(v[10]) or 0,
+    tonumber(v[11])
+  local set0, score0 = leaf_score(no, nc, nh, ns, lm, np, ps)
+  if no == nil and nc == nil then d_nodes = d_nodes + 1 end
+  if (no or 0) == 0 and children then d_shells = d_shells - 1 end
+  no = no or 0
+  local nh0, ns0, b0 = nh, ns, b
+  if not ps or NOW > ps then ps, psn = NOW, 0 end
+  for i = 1, k do
+    local at = first + 4 * i - 4
+    local size, pins, reps = ARGV[at + 1], tonumber(ARGV[at + 2]), ARGV[at + 3]
+    local bytes = charged(tonumber(size), reps)
+    count_segments(reps, 1, tonumber(size))
+    put[#put + 1] = names[i]
+    put[#put + 1] = '1p,' .. size .. ',' .. now_s .. ',' .. pins .. ',' .. token .. reps
+    b = b + bytes
+    if pins % 2 == 1 then ns = ns + 1 end
+    if pins >= 2 then nh = nh + 1 end
+    if ps == NOW then psn = psn + 1 end
+    d_used, d_objects, used = d_used + bytes, d_objects + 1, used + bytes
+    results[#results + 1] = 'OK' .. flag
+  end
+  no, np = no + k, np + k
+  put[#put + 1] = 'no'; put[#put + 1] = num(no)
+  put[#put + 1] = 'np'; put[#put + 1] = num(np)
+  if b ~= b0 then put[#put + 1] = 'b'; put[#put + 1] = num(b) end
+  put[#put + 1] = 'ps'; put[#put + 1] = num(ps)
+  put[#put + 1] = 'psn'; put[#put + 1] = num(psn)
+  if ns ~= ns0 then put[#put + 1] = 'ns'; put[#put + 1] = num(ns) end
+  if nh ~= nh0 then put[#put + 1] = 'nh'; put[#put + 1] = num(nh) end
+  redis.call('HSET', key, unpack(put))
+  if lb and parent == '' then redis.call('HDEL', key, 'p') end
+  move_leaf(hash, set0, score0, leaf_score(no, nc, nh, ns, lm, np, ps))
+  return true
+end
+
+local a = 10
+while a <= #ARGV do
+  local key, hash, parent, checked = KEYS[tonumber(ARGV[a])], ARGV[a + 1], ARGV[a + 2],
+    ARGV[a + 3]
+  local first, k = a + 5, tonumber(ARGV[a + 4])
+  a = first + 4 * k
+  if nodes[key] or not put_new(key, hash, parent, checked, first, k) then
+    local n = node(key, hash)
+    for at = first, a - 1, 4 do
+      results[#results + 1] = put(n, ARGV[at], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]),
+        parent, checked, ARGV[at + 3])
+    end
+  end
 end
 finish()
 return results
