@@ -1,8 +1,9 @@
 """The Lua scripts of lua/ and the one way to build a call of a shard script.
 
 Every shard script takes the shard's keys as KEYS[1..7], then node keys, and ARGV starts
-with the common header (lua/_lib.lua); each module that drives a script builds its items
-through ShardCall, which keeps the node keys of one call unique and of one shard tag.
+with the common header (lua/_lib.lua), and gets the parts of lua/_lib.lua it names (its
+'-- uses:' line; all of them without one); each module that drives a script builds its
+items through ShardCall, which keeps the node keys of one call unique and of one shard tag.
 """
 
 from __future__ import annotations
@@ -75,10 +76,11 @@ def library_for(body: str) -> str:
 
 
 def build_script(name: str, shebang: bool = True) -> LuaScript:
-    """The script with the helpers it uses prepended (library_for). Its first line may be a Redis 7 shebang
-    (`#!lua flags=allow-oom` on scripts that free memory: they must run when Redis is at
-    maxmemory; a plain `#!lua` makes Redis refuse the whole script up front there, never
-    half-way through): it stays first. shebang=False drops it (fakeredis has none)."""
+    """The script with the helpers it uses prepended (library_for). Its first line may be
+    a Redis 7 shebang (`#!lua flags=allow-oom` on scripts that free memory: they must run
+    when Redis is at maxmemory; a plain `#!lua` makes Redis refuse the whole script up
+    front there, never half-way through): it stays first. shebang=False drops it
+    (fakeredis has none)."""
     body = read_lua(name)
     first, _, rest = body.partition("\n")
     header = ""
