@@ -44,9 +44,17 @@ local function now()
   return NOW_MS
 end
 
+-- The decimal text of an integer (Redis's own form; never Lua's %.14g, which rounds past
+-- 14 digits), made once per call for each value: times, epochs, sizes and counters
+-- repeat across the items of a call.
+local texts = {[INF] = '+inf'}
 local function num(x)
-  if x == INF then return '+inf' end
-  return string.format('%d', x)
+  local text = texts[x]
+  if not text then
+    text = string.format('%d', x)
+    if x == x then texts[x] = text end  -- NaN is no table key
+  end
+  return text
 end
 
 local function fail(code, message)

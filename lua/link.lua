@@ -14,94 +14,95 @@
 -- Returns: one per item: 1 if the child field was written or raised (pending entry added),
 --          0 if the parent already listed the child at this epoch or a newer one
 --
--- Lean by design (docs/ARCHITECTURE.md, "Scripts"): per parent one small record, one HMGET
--- (its counters and the child fields of this call) and one HSET; no generic node record.
+-- Lean by design (docs/ARCHITECTURE.md, "Scripts"): a run of items naming the same parent
+-- (the client sends each parent's items together) is one HMGET (its counters and the run's
+-- child fields) and one HSET, with locals for its state; a parent named again in a later
+-- run is read again, after the first run's write.
 local batch = ARGV[4]
 local now_s = num(now())
+local results = {}
+local created, shells, wrote = 0, 0, false
 
--- The parents in first-seen order, each with the child fields this call names.
-local order, names = {}, {}
-for a = 5, #ARGV, 6 do
-  local key = KEYS[tonumber(ARGV[a])]
-  local name = ARGV[a + 3] ~= '' and ARGV[a + 3] or ARGV[a + 2]
-  local list = names[key]
-  if list then list[#list + 1] = name else names[key] = {name}; order[#order + 1] = key end
+local function field_name(a)
+  return ARGV[a + 3] ~= '' and ARGV[a + 3] or ARGV[a + 2]
 end
 
--- A parent's record: its p field as read (a shell's '?<batch>' marker split off into lb),
--- the counters the leaf index needs, its child fields (false = absent) and what to write.
-local parents = {}
-local function parent_of(key, hash)
-  local r = parents[key]
-  if r then return r end
-  local list = names[key]
-  local v = redis.call('HMGET', key, 'p', 'nc', 'no', 'np', 'ps', 'nh', 'ns', 'lm', unpack(list))
+local a, last = 5, #ARGV
+while a <= last do
+  local index, hash = ARGV[a], ARGV[a + 1]
+  local stop = a + 6
+  while stop <= last and ARGV[stop] == index do stop = stop + 6 end
+  local key = KEYS[tonumber(index)]
+  local v, seen
+  if stop == a + 6 then
+    v = redis.call('HMGET', key, 'p', 'nc', 'no', 'np', 'ps', 'nh', 'ns', 'lm', field_name(a))
+  else
+    local list = {}
+    for b = a, stop - 1, 6 do list[#list + 1] = field_name(b) end
+    v = redis.call('HMGET', key, 'p', 'nc', 'no', 'np', 'ps', 'nh', 'ns', 'lm', unpack(list))
+    seen = {}  -- the child fields as this run leaves them (a child named twice)
+  end
   local p, lb = v[1], nil
   if p and string.byte(p, 1) == 63 then lb, p = string.sub(p, 2), nil end
-  r = {hash = hash, p = p, lb = lb, mark = false, nc = tonumber(v[2]), no = tonumber(v[3]),
-    np = tonumber(v[4]), ps = tonumber(v[5]), nh = tonumber(v[6]), ns = tonumber(v[7]),
-    lm = tonumber(v[8]), put = {}}
-  r.exists = r.no ~= nil or r.nc ~= nil
-  r.nc0, r.shell0 = r.nc, (r.no or 0) == 0 and (r.nc or 0) > 0
-  r.set0, r.score0 = leaf_score(r.no, r.nc, r.nh, r.ns, r.lm, r.np, r.ps)
-  for i = 1, #list do r[list[i]] = v[8 + i] or false end
-  parents[key] = r
-  return r
-end
-
-local results = {}
-local created = 0
-for a = 5, #ARGV, 6 do
-  local r = parent_of(KEYS[tonumber(ARGV[a])], ARGV[a + 1])
-  local child, epoch = ARGV[a + 2], tonumber(ARGV[a + 4])
-  local name = ARGV[a + 3] ~= '' and ARGV[a + 3] or child
-  if not r.exists then
-    r.exists, created = true, created + 1
-    r.lb, r.mark = batch, true  -- every child of this shell comes from this batch, for now
-  elseif ARGV[a + 5] == '1' and not r.p and not r.lb and (r.nc or 0) == 0 then
-    r.lb, r.mark = batch, true  -- no parent, no child yet: its children are this batch's
-  elseif r.lb and r.lb ~= batch then
-    r.lb, r.mark = nil, true
+  local exists = v[2] or v[3]
+  local nc0 = tonumber(v[2]) or 0
+  local nc, no = nc0, tonumber(v[3])
+  local set0, score0
+  if no and nc == 0 then  -- only a node with objects and no children is a leaf
+    set0, score0 = leaf_score(no, nc, tonumber(v[6]), tonumber(v[7]), tonumber(v[8]),
+      tonumber(v[4]), tonumber(v[5]))
   end
-  local current = tonumber(r[name])
-  local written = 0
-  if not current or epoch > current then
-    if not current then r.nc = (r.nc or 0) + 1 end
-    local e = num(epoch)
-    r[name] = e
-    r.put[#r.put + 1] = name
-    r.put[#r.put + 1] = e
-    -- scored by Redis time, not by the epoch: a writer's epochs may run ahead of the
-    -- clock (one per batch, at least past a fence), and the resolver's grace is time
-    redis.call('ZADD', PENDING, now_s, r.hash .. '|' .. child .. '|' .. e)
-    written = 1
+  local shell0 = (no or 0) == 0 and nc > 0
+  local mark, put, at = false, {}, 0
+  local j = 8
+  for b = a, stop - 1, 6 do
+    j = j + 1
+    local child, epoch, name = ARGV[b + 2], tonumber(ARGV[b + 4]), field_name(b)
+    if not exists then
+      exists, created = true, created + 1
+      lb, mark = batch, true  -- every child of this shell comes from this batch, for now
+    elseif ARGV[b + 5] == '1' and not p and not lb and nc == 0 then
+      lb, mark = batch, true  -- no parent, no child yet: its children are this batch's
+    elseif lb and lb ~= batch then
+      lb, mark = nil, true
+    end
+    local stored = v[j]
+    if seen and seen[name] ~= nil then stored = seen[name] end
+    local current = tonumber(stored)
+    local written = 0
+    if not current or epoch > current then
+      if not current then nc = nc + 1 end
+      local e = num(epoch)
+      if seen then seen[name] = e end
+      put[at + 1] = name
+      put[at + 2] = e
+      at = at + 2
+      -- scored by Redis time, not by the epoch: a writer's epochs may run ahead of the
+      -- clock (one per batch, at least past a fence), and the resolver's grace is time
+      redis.call('ZADD', PENDING, now_s, hash .. '|' .. child .. '|' .. e)
+      written = 1
+    end
+    results[#results + 1] = written
   end
-  results[#results + 1] = written
-end
-
--- Writes back each parent (one HSET; an HDEL only for a batch marker that goes), moves it
--- in the leaf index, and counts the shells and nodes made in the shard's stats.
-local wrote, shells = false, 0
-for i = 1, #order do
-  local key = order[i]
-  local r = parents[key]
-  local put = r.put
-  if r.nc ~= r.nc0 then put[#put + 1] = 'nc'; put[#put + 1] = num(r.nc) end
-  if r.mark then
-    if r.p or r.lb then
-      put[#put + 1] = 'p'; put[#put + 1] = r.p or ('?' .. r.lb)
+  -- the parent written back: one HSET (an HDEL only for a batch marker that goes), its
+  -- place in the leaf index, and the shells and nodes made, for the shard's stats
+  if nc ~= nc0 then put[at + 1] = 'nc'; put[at + 2] = num(nc); at = at + 2 end
+  if mark then
+    if p or lb then
+      put[at + 1] = 'p'; put[at + 2] = p or ('?' .. lb); at = at + 2
     else
       redis.call('HDEL', key, 'p')
       wrote = true
     end
   end
-  if #put > 0 then
+  if at > 0 then
     redis.call('HSET', key, unpack(put))
     wrote = true
   end
-  local shell = (r.no or 0) == 0 and (r.nc or 0) > 0
-  if shell ~= r.shell0 then shells = shells + (shell and 1 or -1) end
-  move_leaf(r.hash, r.set0, r.score0, leaf_score(r.no, r.nc, r.nh, r.ns, r.lm, r.np, r.ps))
+  local shell = (no or 0) == 0 and nc > 0
+  if shell ~= shell0 then shells = shells + (shell and 1 or -1) end
+  if set0 and nc > 0 then redis.call('ZREM', set0, hash) end
+  a = stop
 end
 if created ~= 0 then redis.call('HINCRBY', STATS, 'nodes', created) end
 if shells ~= 0 then redis.call('HINCRBY', STATS, 'shells', shells) end

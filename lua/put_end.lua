@@ -24,9 +24,9 @@ local function missing(hash, suffix)
     .. 'or evicted after put_start_release_timeout)')
 end
 
-local function foreign(hash, suffix, tail)
+local function foreign(hash, suffix, value)
   return fail('INVALID_STATE', 'object ' .. hash .. suffix .. ' was started by another '
-    .. 'writer (token ' .. tostring(tail and string.match(tail, '^%d,([^|]*)')) .. ')')
+    .. 'writer (token ' .. tostring(string.match(value, '^1%a,%d+,%d+,%d,([^|]*)')) .. ')')
 end
 
 -- The latest start among the node's processing objects and how many share it (a rescan,
@@ -51,66 +51,80 @@ while a <= #ARGV do
   local key, hash, k = KEYS[tonumber(ARGV[a])], ARGV[a + 1], tonumber(ARGV[a + 2])
   local first = a + 3
   a = first + k
-  local v
+  local names, v = {}, nil
+  for i = 1, k do names[i] = 'o:' .. ARGV[first + i - 1] end
   if k == 2 then
     v = redis.call('HMGET', key, 'p', 'nc', 'no', 'np', 'ps', 'psn', 'nh', 'ns', 'lm',
-      'o:' .. ARGV[first], 'o:' .. ARGV[first + 1])
+      names[1], names[2])
   else
-    local names = {}
-    for i = 1, k do names[i] = 'o:' .. ARGV[first + i - 1] end
     v = redis.call('HMGET', key, 'p', 'nc', 'no', 'np', 'ps', 'psn', 'nh', 'ns', 'lm',
       unpack(names))
   end
   local parent = v[1]
   if parent and string.byte(parent, 1) == 63 then parent = nil end  -- '?': a shell's marker
-  local nc, no, np, ps, psn = tonumber(v[2]), tonumber(v[3]), tonumber(v[4]) or 0,
-    tonumber(v[5]), tonumber(v[6]) or 0
-  local nh, ns, lm = tonumber(v[7]), tonumber(v[8]), tonumber(v[9]) or 0
-  local set0, score0 = leaf_score(no, nc, nh, ns, lm, np, ps)
-  local put, rescan = nil, false
-  for i = 0, k - 1 do
-    local suffix, value = ARGV[first + i], v[10 + i]
+  local np, ps = tonumber(v[4]) or 0, v[5]  -- ps as text: compared to the values' times
+  -- a node with children (nc is only stored above 0) is no leaf, before or after
+  local leaf = not v[2]
+  local no, nh, ns, lm = tonumber(v[3]), tonumber(v[7]), tonumber(v[8]), tonumber(v[9]) or 0
+  local set0, score0
+  if leaf then set0, score0 = leaf_score(no, nil, nh, ns, lm, np, tonumber(ps)) end
+  local put, at, latest = nil, 0, 0
+  for i = 1, k do
+    local value = v[9 + i]
     local result = 'OK'
     if not value then
-      result = missing(hash, suffix)
+      result = missing(hash, ARGV[first + i - 1])
     else
-      local state, size, t, tail = string.match(value, '^1(%a),(%d+),(%d+),(.*)$')
-      local after = tail and string.byte(tail, owned + 1)
-      if not tail or string.byte(tail, 2) ~= 44 or string.sub(tail, 3, owned) ~= token
+      -- '1<state>,<size>,<time>,<pins>,<token><replicas>': cut at its commas, no pattern
+      local c2 = string.find(value, ',', 4, true)
+      local c3 = c2 and string.find(value, ',', c2 + 1, true)
+      local last = c3 and c3 + owned  -- the token's last byte
+      local after = last and string.byte(value, last + 1)
+      if not last or string.byte(value, c3 + 2) ~= 44 or string.sub(value, c3 + 3, last) ~= token
           or (after and after ~= 124) then
-        result = foreign(hash, suffix, tail)
-      elseif state == 'p' then
+        result = foreign(hash, ARGV[first + i - 1], value)
+      elseif string.byte(value, 2) == 112 then  -- 'p': processing
         put = put or {}
-        put[#put + 1] = 'o:' .. suffix
-        put[#put + 1] = '1c,' .. size .. ',' .. now_s .. ',' .. tail
+        put[at + 1] = names[i]
+        put[at + 2] = '1c' .. string.sub(value, 3, c2) .. now_s .. string.sub(value, c3)
+        at = at + 2
         np = np - 1
-        t = tonumber(t)
         if np == 0 then
-          ps, psn = nil, 0
-        elseif t == ps then
-          psn = psn - 1
-          rescan = psn <= 0
+          ps = nil
+        elseif string.sub(value, c2 + 1, c3 - 1) == ps then
+          latest = latest + 1  -- one fewer object started at ps
         end
-        if NOW > lm then lm = NOW end
-        emit_event('stored', hash, parent, suffix, size, string.sub(tail, owned + 1))
+        if EVENTS_CAP > 0 then
+          emit_event('stored', hash, parent, ARGV[first + i - 1], string.sub(value, 4, c2 - 1),
+            after and string.sub(value, last + 1) or '')
+        end
       end
     end
     results[#results + 1] = result
   end
   if put then
-    if rescan then ps, psn = latest_start(key, put) end
-    put[#put + 1] = 'lm'
-    put[#put + 1] = lm == NOW and now_s or num(lm)
+    local start = tonumber(ps)
     if np > 0 then
-      put[#put + 1] = 'np'; put[#put + 1] = num(np)
-      put[#put + 1] = 'ps'; put[#put + 1] = num(ps)
-      put[#put + 1] = 'psn'; put[#put + 1] = num(psn)
-      redis.call('HSET', key, unpack(put))
-    else
-      redis.call('HSET', key, unpack(put))
-      redis.call('HDEL', key, 'np', 'ps', 'psn')
+      put[at + 1] = 'np'; put[at + 2] = num(np)
+      at = at + 2
+      if latest > 0 then
+        local psn = (tonumber(v[6]) or 0) - latest
+        if psn <= 0 then  -- the latest starters all completed: find the next latest
+          start, psn = latest_start(key, put)
+          put[at + 1] = 'ps'; put[at + 2] = num(start)
+          at = at + 2
+        end
+        put[at + 1] = 'psn'; put[at + 2] = num(psn)
+        at = at + 2
+      end
     end
-    move_leaf(hash, set0, score0, leaf_score(no, nc, nh, ns, lm, np, ps))
+    if NOW > lm then
+      lm = NOW
+      put[at + 1] = 'lm'; put[at + 2] = now_s
+    end
+    redis.call('HSET', key, unpack(put))
+    if np == 0 then redis.call('HDEL', key, 'np', 'ps', 'psn') end
+    if leaf then move_leaf(hash, set0, score0, leaf_score(no, nil, nh, ns, lm, np, start)) end
     wrote = true
   end
 end

@@ -101,26 +101,40 @@ local results = {}
 local function put_new(key, hash, parent, checked, first, k)
   local names = {}
   for i = 1, k do names[i] = 'o:' .. ARGV[first + 4 * i - 4] end
-  local v = redis.call('HMGET', key, 'p', 'pe', 'nc', 'no', 'np', 'ps', 'psn', 'nh', 'ns',
-    'b', 'lm', unpack(names))
+  local v
+  if k == 2 then
+    v = redis.call('HMGET', key, 'p', 'pe', 'nc', 'no', 'np', 'ps', 'psn', 'nh', 'ns', 'b',
+      'lm', names[1], names[2])
+  else
+    v = redis.call('HMGET', key, 'p', 'pe', 'nc', 'no', 'np', 'ps', 'psn', 'nh', 'ns', 'b',
+      'lm', unpack(names))
+  end
   local grow = 0
   for i = 1, k do
     local at = first + 4 * i - 4
     local reps = ARGV[at + 3]
-    if v[11 + i] or (reps ~= '' and unmounted_segment(reps)) then return false end
-    grow = grow + charged(tonumber(ARGV[at + 1]), reps)
+    if v[11 + i] then return false end
+    if reps == '' then
+      grow = grow + tonumber(ARGV[at + 1])
+    elseif unmounted_segment(reps) then
+      return false
+    else
+      grow = grow + charged(tonumber(ARGV[at + 1]), reps)
+    end
   end
   if limit > 0 and grow > 0 and used + grow > limit then return false end
   local p, lb = v[1], nil
   if p and string.byte(p, 1) == 63 then lb, p = string.sub(p, 2), nil end
-  local nc, no = tonumber(v[3]), tonumber(v[4])
-  local children = (nc or 0) > 0
-  local flag, put = '', {}
+  local fresh = not v[3] and not v[4]  -- a new node: no counter to read
+  local nc, no = 0, 0
+  if not fresh then nc, no = tonumber(v[3]) or 0, tonumber(v[4]) or 0 end
+  local children = nc > 0
+  local flag, put, at = '', {}, 0
   if parent ~= '' then
     if p then
       if p ~= parent then return false end
       flag = 'L'
-      if epoch > (tonumber(v[2]) or 0) then put[#put + 1] = 'pe'; put[#put + 1] = ARGV[9] end
+      if epoch > (tonumber(v[2]) or 0) then put[1] = 'pe'; put[2] = ARGV[9]; at = 2 end
     else
       if epoch < NOW - EPOCH_HORIZON_MS then return false end
       local fence = fence_of(hash)
@@ -128,42 +142,52 @@ local function put_new(key, hash, parent, checked, first, k)
       if children and lb ~= batch and not walk_holds(checked) then return false end
       flag = (children and lb ~= batch) and 'C' or 'L'
       if children then d_links = d_links + 1 end
-      put[#put + 1] = 'p'; put[#put + 1] = parent
-      put[#put + 1] = 'pe'; put[#put + 1] = ARGV[9]
+      put[1] = 'p'; put[2] = parent; put[3] = 'pe'; put[4] = ARGV[9]
+      at = 4
     end
   end
   -- the group is written from here on
-  local np, ps, psn = tonumber(v[5]) or 0, tonumber(v[6]), tonumber(v[7]) or 0
-  local nh, ns, b, lm = tonumber(v[8]) or 0, tonumber(v[9]) or 0, tonumber(v[10]) or 0,
-    tonumber(v[11])
-  local set0, score0 = leaf_score(no, nc, nh, ns, lm, np, ps)
-  if no == nil and nc == nil then d_nodes = d_nodes + 1 end
-  if (no or 0) == 0 and children then d_shells = d_shells - 1 end
-  no = no or 0
+  local np, ps, psn, nh, ns, b, lm = 0, nil, 0, 0, 0, 0, nil
+  local set0, score0
+  if fresh then
+    d_nodes = d_nodes + 1
+  else
+    np, ps, psn = tonumber(v[5]) or 0, tonumber(v[6]), tonumber(v[7]) or 0
+    nh, ns, b, lm = tonumber(v[8]) or 0, tonumber(v[9]) or 0, tonumber(v[10]) or 0,
+      tonumber(v[11])
+    set0, score0 = leaf_score(no, nc, nh, ns, lm, np, ps)
+    if no == 0 and children then d_shells = d_shells - 1 end
+  end
   local nh0, ns0, b0 = nh, ns, b
   if not ps or NOW > ps then ps, psn = NOW, 0 end
+  local ok = 'OK' .. flag
   for i = 1, k do
-    local at = first + 4 * i - 4
-    local size, pins, reps = ARGV[at + 1], tonumber(ARGV[at + 2]), ARGV[at + 3]
-    local bytes = charged(tonumber(size), reps)
-    count_segments(reps, 1, tonumber(size))
-    put[#put + 1] = names[i]
-    put[#put + 1] = '1p,' .. size .. ',' .. now_s .. ',' .. pins .. ',' .. token .. reps
+    local arg = first + 4 * i - 4
+    local size, pins_s, reps = ARGV[arg + 1], ARGV[arg + 2], ARGV[arg + 3]
+    local pins, bytes = tonumber(pins_s), tonumber(size)
+    if reps ~= '' then
+      count_segments(reps, 1, bytes)
+      bytes = charged(bytes, reps)
+    end
+    put[at + 1] = names[i]
+    put[at + 2] = '1p,' .. size .. ',' .. now_s .. ',' .. pins_s .. ',' .. token .. reps
+    at = at + 2
     b = b + bytes
     if pins % 2 == 1 then ns = ns + 1 end
     if pins >= 2 then nh = nh + 1 end
     if ps == NOW then psn = psn + 1 end
     d_used, d_objects, used = d_used + bytes, d_objects + 1, used + bytes
-    results[#results + 1] = 'OK' .. flag
+    results[#results + 1] = ok
   end
   no, np = no + k, np + k
-  put[#put + 1] = 'no'; put[#put + 1] = num(no)
-  put[#put + 1] = 'np'; put[#put + 1] = num(np)
-  if b ~= b0 then put[#put + 1] = 'b'; put[#put + 1] = num(b) end
-  put[#put + 1] = 'ps'; put[#put + 1] = num(ps)
-  put[#put + 1] = 'psn'; put[#put + 1] = num(psn)
-  if ns ~= ns0 then put[#put + 1] = 'ns'; put[#put + 1] = num(ns) end
-  if nh ~= nh0 then put[#put + 1] = 'nh'; put[#put + 1] = num(nh) end
+  put[at + 1] = 'no'; put[at + 2] = num(no)
+  put[at + 3] = 'np'; put[at + 4] = num(np)
+  put[at + 5] = 'ps'; put[at + 6] = ps == NOW and now_s or num(ps)
+  put[at + 7] = 'psn'; put[at + 8] = num(psn)
+  at = at + 8
+  if b ~= b0 then put[at + 1] = 'b'; put[at + 2] = num(b); at = at + 2 end
+  if ns ~= ns0 then put[at + 1] = 'ns'; put[at + 2] = num(ns); at = at + 2 end
+  if nh ~= nh0 then put[at + 1] = 'nh'; put[at + 2] = num(nh); at = at + 2 end
   redis.call('HSET', key, unpack(put))
   if lb and parent == '' then redis.call('HDEL', key, 'p') end
   move_leaf(hash, set0, score0, leaf_score(no, nc, nh, ns, lm, np, ps))

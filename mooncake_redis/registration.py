@@ -155,7 +155,8 @@ def _send(ctx: Context, todo: list[Write], mode: str) -> _Sent:
     sent = _Sent(ctx.epoch(at_least=max(w.min_epoch for w in todo)))
     links = ctx.calls("link", batch_id)
     written = {w.prefix_hash for w in todo}
-    for child, parent in sorted({w.link for w in todo if w.link is not None}):
+    # by parent: link.lua reads and writes each parent once per run of its items
+    for parent, child in sorted({(w.parent, w.prefix_hash) for w in todo if w.parent}):
         add_link(links, ctx, parent, child, sent.epoch, tag=(child, parent),
                  parent_written=parent in written)
     puts = ctx.calls("put_start", batch_id, settings.put_start_discard_timeout_ms,
