@@ -191,7 +191,8 @@ class Index:
                     linked.add(prefix_hash)
             writes.append(registration.Write(key, prefix_hash, parent if tree_on else None,
                                              suffix=suffix, size=size, pins=pins,
-                                             replicas=pack_replicas(check_replicas(replicas))))
+                                             replicas="" if replicas is None else
+                                             pack_replicas(check_replicas(replicas))))
         check_unique([w.key for w in writes], "object key")
         wait_ms = settings.put_wait_ms if wait_ms is None else check_wait_ms(wait_ms)
         results = waiting.write_waiting(
