@@ -2,10 +2,10 @@
 callgrind: unlike CPU time, the count does not move with the machine's load, so a change
 to a script can be measured on a busy machine in seconds (docs/BENCHMARKS.md, section 11).
 
-    python -m benchmarks.instructions [--pages 2000] [--no-parent]
+    python -m benchmarks.instructions [--pages 2000] [--shards 16] [--no-parent]
 
 One redis-server under callgrind; per phase (the floor's register.lua, batch_put_start
-with parents, batch_put_end; 500 pages a call, 16 shards) the counters are zeroed before
+with parents, batch_put_end; 500 pages a call, 16 shards unless told) the counters are zeroed before
 and dumped after, and the phase's instructions divided by its pages. A phase's count
 includes everything the server does for it: reading the commands, the scripts and the
 commands they call, the replies.
@@ -84,15 +84,15 @@ class CountedServer:
         self.process.wait()
 
 
-def run(pages_count: int, parents: bool) -> dict[str, float]:
+def run(pages_count: int, parents: bool, shards: int = SHARDS) -> dict[str, float]:
     """Instructions per page of each phase."""
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed")
     with tempfile.TemporaryDirectory(prefix="mooncake-callgrind-") as out_dir:
         server = CountedServer(Path(out_dir))
         try:
-            ours = Index.from_url(server.url, namespace="ours", shard_count=SHARDS)
-            floor = Index.from_url(server.url, namespace="floor", shard_count=SHARDS)
+            ours = Index.from_url(server.url, namespace="ours", shard_count=shards)
+            floor = Index.from_url(server.url, namespace="floor", shard_count=shards)
             scripts = FloorScripts(server.client)
             pages = pages_of(7, WARM_UP_PAGES + pages_count)
             warm, pages = pages[:WARM_UP_PAGES], pages[WARM_UP_PAGES:]
@@ -126,11 +126,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--pages", type=int, default=2000)
+    parser.add_argument("--shards", type=int, default=SHARDS, help="the namespaces' shard_count")
     parser.add_argument("--no-parent", action="store_true",
                         help="put_start without parents (no link step)")
     args = parser.parse_args()
-    counts = run(args.pages, not args.no_parent)
-    print(f"instructions per page ({args.pages} pages, {SHARDS} shards, {CALL_PAGES} a call"
+    counts = run(args.pages, not args.no_parent, args.shards)
+    print(f"instructions per page ({args.pages} pages, {args.shards} shards, {CALL_PAGES} a call"
           f"{', no parents' if args.no_parent else ''}): floor {counts['floor']:,.0f}, "
           f"put_start {counts['put_start']:,.0f}, put_end {counts['put_end']:,.0f}; "
           f"(put_start + put_end) / floor {counts['ratio']:.2f}")
