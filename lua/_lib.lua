@@ -190,9 +190,9 @@ end
 -- children all came from one batch holds '?<batch id>' in the hash instead: lb here),
 -- the object and child fields read or written (false = absent), and d: what changed.
 -- finish() lists the emptied nodes' unlinks in intents, and the nodes that became leaves
--- in new_leaves only for a script that sets it to a table (unlink.lua).
+-- in new_leaves unless the script sets list_new_leaves false (put_start: it returns none).
 local nodes, wanted = {}, {}
-local intents, new_leaves = {}, nil
+local intents, new_leaves, list_new_leaves = {}, {}, true
 
 -- Announce a field of a node that the script will read, so node() fetches it at once.
 local function want(key, field)
@@ -406,7 +406,7 @@ local function finish()
     if shell ~= n.shell0 then d_shells = d_shells + (shell and 1 or -1) end
     local set_, score = leaf_of(n)
     move_leaf(n.hash, n.leaf_set, n.leaf_score, set_, score)
-    if new_leaves and set_ and not n.leaf_set then
+    if list_new_leaves and set_ and not n.leaf_set then
       new_leaves[#new_leaves + 1] = {n.hash, num(score), num(n.b or 0),
         set_ == SOFT_LEAVES and '1' or '0'}
     end

@@ -20,6 +20,7 @@
 local batch, discard_ms, default_limit, upsert =
   ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == 'upsert'
 local token, epoch = ARGV[8], tonumber(ARGV[9])
+list_new_leaves = false  -- finish() need not list them: none is returned
 read_stats()
 local used, limit = s_used, s_limit or default_limit
 local NOW = now()

@@ -11,7 +11,6 @@
 -- Returns: {one per item: 1 if the child field was removed else 0;
 --           intents: parent, child, epoch, ...; new leaves: hash, score, bytes,
 --           soft-pinned (0|1), ...}
-new_leaves = {}  -- finish() lists the parents that became leaves (_lib.lua)
 local function field_name(a)
   return ARGV[a + 3] ~= '' and ARGV[a + 3] or ARGV[a + 2]
 end
