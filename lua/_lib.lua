@@ -21,7 +21,8 @@
 --
 -- The file is in parts ('-- @part <name>: needs <part> ...'); a script names the parts it
 -- uses on a '-- uses: <part> ...' line of its header and gets only those and what they
--- need, in this file's order (mooncake_redis/scripts.py); a script without one gets all.
+-- need, in this file's order (mooncake_redis/scripts.py); a script without one gets all,
+-- one whose line names none gets nothing.
 -- Every part defined costs each call of the script (its locals and closures).
 
 -- @part core

@@ -39,6 +39,11 @@ local function unmounted_segment(reps)
   return nil
 end
 
+-- Whether `grow` more bytes would pass the shard's byte limit (0 = none).
+local function over_limit(grow)
+  return limit > 0 and grow > 0 and used + grow > limit
+end
+
 local function busy(n, suffix, state, by_us)
   return fail('ALREADY_EXISTS', 'object ' .. n.hash .. suffix .. ' already exists (' ..
     (state == 'p' and 'processing' or 'complete') .. (by_us and ', put_start by this writer'
@@ -68,7 +73,7 @@ local function put(n, suffix, size, pins, parent, checked, reps)
     old = {state, old_size, t, old_pins, old_reps}
   end
   local grow = charged(size, reps) - (old and charged(old[2], old[5]) or 0)
-  if limit > 0 and grow > 0 and used + grow > limit then
+  if over_limit(grow) then
     return fail('NO_SPACE', 'shard ' .. string.match(STATS, '{(..)}') .. ' holds ' .. num(used) ..
       ' bytes and ' .. num(grow) .. ' more would pass its limit of ' .. num(limit))
   end
@@ -123,7 +128,7 @@ local function put_new(key, hash, parent, checked, first, k)
       grow = grow + charged(tonumber(ARGV[at + 1]), reps)
     end
   end
-  if limit > 0 and grow > 0 and used + grow > limit then return false end
+  if over_limit(grow) then return false end
   local p, lb = v[1], nil
   if p and string.byte(p, 1) == 63 then lb, p = string.sub(p, 2), nil end
   local fresh = not v[3] and not v[4]  -- a new node: no counter to read

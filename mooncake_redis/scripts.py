@@ -44,7 +44,7 @@ def read_lua(name: str) -> str:
 
 
 PART = re.compile(r"^-- @part (\w+)(?:: needs ([\w ]+))?$", re.MULTILINE)
-USES = re.compile(r"^-- uses: ([\w ]+)$", re.MULTILINE)
+USES = re.compile(r"^-- uses:([\w ]*)$", re.MULTILINE)
 
 
 def library_parts() -> tuple[str, dict[str, tuple[list[str], str]]]:
@@ -60,13 +60,16 @@ def library_parts() -> tuple[str, dict[str, tuple[list[str], str]]]:
 
 def library_for(body: str) -> str:
     """The helpers a script gets: the parts its '-- uses:' line names and those they need,
-    in the library's order; every part for a script without one."""
+    in the library's order; every part for a script without one, nothing for a script
+    whose line names none."""
     opening, parts = library_parts()
     uses = USES.search(body)
     if uses is None:
         return opening + "".join(text for _, text in parts.values())
-    wanted: set[str] = set()
     todo = uses.group(1).split()
+    if not todo:
+        return ""
+    wanted: set[str] = set()
     while todo:
         part = todo.pop()
         if part not in wanted:
