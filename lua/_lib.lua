@@ -18,6 +18,14 @@
 -- object or child fields the script announced with want()), changed in memory, and
 -- written back by finish() with one HSET (plus an HDEL only for fields that go), with the
 -- leaf index, the emptied nodes and the shard's stats (read once, written once).
+--
+-- The file is in parts ('-- @part <name>: needs <part> ...'); a script names the parts it
+-- uses on a '-- uses: <part> ...' line of its header and gets only those and what they
+-- need, in this file's order (mooncake_redis/scripts.py); a script without one gets all,
+-- one whose line names none gets nothing.
+-- Every part defined costs each call of the script (its locals and closures).
+
+-- @part core
 
 local LEAVES, SOFT_LEAVES, STATS, PENDING, FENCES, OUTBOX, EVENTS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
@@ -37,14 +45,85 @@ local function now()
   return NOW_MS
 end
 
+-- The decimal text of an integer (Redis's own form; never Lua's %.14g, which rounds past
+-- 14 digits), made once per call for each value: times, epochs, sizes and counters
+-- repeat across the items of a call.
+local texts = {[INF] = '+inf'}
 local function num(x)
-  if x == INF then return '+inf' end
-  return string.format('%d', x)
+  local text = texts[x]
+  if not text then
+    text = string.format('%d', x)
+    if x == x then texts[x] = text end  -- NaN is no table key
+  end
+  return text
 end
 
 local function fail(code, message)
   return 'MCERR_' .. code .. ' ' .. message
 end
+
+-- @part events: needs core
+
+-- One event per object (docs/EVENTS.md): type, hash (the node), suffix (key = hash ..
+-- suffix), size (decimal text), the node's parent and the object's replicas when it has
+-- them, and more fields for some types (after size). Entries are kept short: a stream
+-- holds events_max_len of them per shard.
+-- At maxmemory (EVENTS_TRIM) the call first drops the stream's older entries (whole
+-- macro nodes: only that frees memory), so freeing frees: a removal would otherwise grow
+-- a stream below its cap by more than the node it deletes. Consumers that had not read
+-- them see events lost, as past the cap, and resync (docs/EVENTS.md).
+local function emit_event(kind, hash, parent, suffix, size, reps, ...)
+  if EVENTS_CAP <= 0 then return end
+  if EVENTS_TRIM then
+    redis.call('XTRIM', EVENTS, 'MAXLEN', '~', 0)
+    EVENTS_TRIM = false
+  end
+  local plain = not reps or reps == ''
+  if plain and select('#', ...) == 0 then  -- the common entries, without a table
+    if parent then
+      redis.call('XADD', EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'type', kind, 'hash', hash,
+        'suffix', suffix, 'size', size, 'parent', parent)
+    else
+      redis.call('XADD', EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'type', kind, 'hash', hash,
+        'suffix', suffix, 'size', size)
+    end
+    return
+  end
+  local extra = {...}
+  if parent then extra[#extra + 1] = 'parent'; extra[#extra + 1] = parent end
+  if not plain then extra[#extra + 1] = 'replicas'; extra[#extra + 1] = reps end
+  redis.call('XADD', EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'type', kind, 'hash', hash,
+    'suffix', suffix, 'size', size, unpack(extra))
+end
+
+-- @part leaves: needs core
+
+-- A node is a leaf when it holds objects and has no children. Its score is the time after
+-- which all its objects are evictable: +inf with a hard pin, else the latest lease end of
+-- its complete objects and the latest start + release timeout of its processing ones.
+-- Returns the leaf index it belongs in (nil: none) and its score, from its counters.
+local function leaf_score(no, nc, nh, ns, lm, np, ps)
+  if (no or 0) == 0 or (nc or 0) > 0 then return nil, nil end
+  local score
+  if (nh or 0) > 0 then
+    score = INF
+  else
+    score = lm or 0
+    if (np or 0) > 0 and ps + RELEASE_MS > score then score = ps + RELEASE_MS end
+  end
+  if (ns or 0) > 0 then return SOFT_LEAVES, score end
+  return LEAVES, score
+end
+
+-- Moves a node in the leaf indexes from (set0, score0) to (set1, score1), nil = none.
+local function move_leaf(hash, set0, score0, set1, score1)
+  if set0 and set1 ~= set0 then redis.call('ZREM', set0, hash) end
+  if set1 and (set1 ~= set0 or score1 ~= score0) then
+    redis.call('ZADD', set1, num(score1), hash)
+  end
+end
+
+-- @part objects: needs core
 
 -- Packed object values: '1<state>,<size>,<time>,<pins>,<token>' followed by one
 -- '|<segment>,<location>,<medium>' per replica (mooncake_redis/values.py); reps is that
@@ -85,6 +164,8 @@ local function is_child_field(f)
   return string.sub(f, 1, 2) == 'c:' or (#f == 64 and not string.find(f, '[^0-9a-f]'))
 end
 
+-- @part nodes: needs core events leaves objects
+
 -- The shard's stats: read when first needed, written once by finish().
 local stats_read = false
 local s_used, s_objects, s_nodes, s_writes, s_fences, s_limit, s_shells = 0, 0, 0, 0, 0, nil, 0
@@ -109,8 +190,10 @@ end
 -- A record holds the node's counters, p (its parent; a shell made by link.lua whose
 -- children all came from one batch holds '?<batch id>' in the hash instead: lb here),
 -- the object and child fields read or written (false = absent), and d: what changed.
+-- finish() lists the emptied nodes' unlinks in intents, and the nodes that became leaves
+-- in new_leaves unless the script sets list_new_leaves false (put_start: it returns none).
 local nodes, wanted = {}, {}
-local intents, new_leaves = {}, {}
+local intents, new_leaves, list_new_leaves = {}, {}, true
 
 -- Announce a field of a node that the script will read, so node() fetches it at once.
 local function want(key, field)
@@ -118,20 +201,10 @@ local function want(key, field)
   if list then list[#list + 1] = field else wanted[key] = {field} end
 end
 
--- A node is a leaf when it holds objects and has no children. Its score is the time after
--- which all its objects are evictable: +inf with a hard pin, else the latest lease end of
--- its complete objects and the latest start + release timeout of its processing ones.
+-- The leaf index and score of a node record (leaf_score).
 local function leaf_of(n)
-  if not n.exists or (n.no or 0) == 0 or (n.nc or 0) > 0 then return nil, nil end
-  local score
-  if (n.nh or 0) > 0 then
-    score = INF
-  else
-    score = n.lm or 0
-    if (n.np or 0) > 0 and n.ps + RELEASE_MS > score then score = n.ps + RELEASE_MS end
-  end
-  if (n.ns or 0) > 0 then return SOFT_LEAVES, score end
-  return LEAVES, score
+  if not n.exists then return nil, nil end
+  return leaf_score(n.no, n.nc, n.nh, n.ns, n.lm, n.np, n.ps)
 end
 
 -- The record of a node key (read once per script, with one HMGET).
@@ -263,26 +336,9 @@ local function count_object(n, sign, state, size, t, pins, reps)
   d_objects = d_objects + sign
 end
 
--- One event per object (docs/EVENTS.md): type, hash (the node), suffix (key = hash ..
--- suffix), size, the node's parent and the object's replicas when it has them, and more
--- fields for some types. Entries are kept short: a stream holds events_max_len of them
--- per shard.
--- At maxmemory (EVENTS_TRIM) the call first drops the stream's older entries (whole
--- macro nodes: only that frees memory), so freeing frees: a removal would otherwise grow
--- a stream below its cap by more than the node it deletes. Consumers that had not read
--- them see events lost, as past the cap, and resync (docs/EVENTS.md).
+-- An object's event (emit_event) from its node record.
 local function emit(kind, n, suffix, size, reps, ...)
-  if EVENTS_CAP > 0 then
-    if EVENTS_TRIM then
-      redis.call('XTRIM', EVENTS, 'MAXLEN', '~', 0)
-      EVENTS_TRIM = false
-    end
-    local extra = {...}
-    if n.p then extra[#extra + 1] = 'parent'; extra[#extra + 1] = n.p end
-    if reps and reps ~= '' then extra[#extra + 1] = 'replicas'; extra[#extra + 1] = reps end
-    redis.call('XADD', EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'type', kind, 'hash', n.hash,
-      'suffix', suffix, 'size', num(size), unpack(extra))
-  end
+  emit_event(kind, n.hash, n.p, suffix, num(size), reps, ...)
 end
 
 -- A fence makes step 2 of any link of this child with an epoch <= it refuse; it is only
@@ -350,13 +406,10 @@ local function finish()
     local shell = n.exists and (n.no or 0) == 0 and (n.nc or 0) > 0
     if shell ~= n.shell0 then d_shells = d_shells + (shell and 1 or -1) end
     local set_, score = leaf_of(n)
-    if n.leaf_set and set_ ~= n.leaf_set then redis.call('ZREM', n.leaf_set, n.hash) end
-    if set_ and (set_ ~= n.leaf_set or score ~= n.leaf_score) then
-      redis.call('ZADD', set_, num(score), n.hash)
-      if not n.leaf_set then
-        new_leaves[#new_leaves + 1] = {n.hash, num(score), num(n.b or 0),
-          set_ == SOFT_LEAVES and '1' or '0'}
-      end
+    move_leaf(n.hash, n.leaf_set, n.leaf_score, set_, score)
+    if list_new_leaves and set_ and not n.leaf_set then
+      new_leaves[#new_leaves + 1] = {n.hash, num(score), num(n.b or 0),
+        set_ == SOFT_LEAVES and '1' or '0'}
     end
   end
   for segment, delta in pairs(seg_delta) do
@@ -390,6 +443,8 @@ local function flat(list)
   end
   return out
 end
+
+-- @part links: needs nodes
 
 -- Whether the client's cycle walk for this link still holds: '1' (a walk that left the
 -- shard: the resolver's walk confirms the link later), or '1:<links>' (a walk that stayed

@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- uses:
 -- lend: moves byte limit between shards (mooncake_redis/admission.py, borrowing.py), one
 -- shard per call. Limit is only ever taken from a shard's spare (limit - used_bytes) before
 -- it is given to another shard, so the limits never add up to more than capacity_bytes.

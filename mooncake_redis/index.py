@@ -168,20 +168,31 @@ class Index:
         settings = self.settings  # read (and refreshed if due) once per call
         tree_on = settings.enable_radix_tree
         writes = []
+        parents: dict[str, str] = {}  # each parent (and each linked node) checked once a call
+        linked: set[str] = set()
         for key, size, parent, replicas in check_items(items, f"{mode}_start item",
                                                        (2, 3, 4)):
             prefix_hash, suffix = self.ctx.split(key)
             size = check_size(size, settings.max_object_size)
             if parent is not None and tree_on:
-                parent = self.ctx.prefix_hash(parent, "parent_block_hash")
-                if not self.ctx.extractor.is_hash(prefix_hash):
-                    raise InvalidArgument(
-                        f"key {key!r} has no prefix hash under the {self.ctx.extractor.name!r} "
-                        f"rule (a hash is {self.ctx.extractor.hash_form}), so it cannot be "
-                        "linked to a parent; store it without parent_block_hash", key=key)
+                known = parents.get(parent) if parent.__class__ is str else None
+                if known is None:
+                    known = self.ctx.prefix_hash(parent, "parent_block_hash")
+                    if parent.__class__ is str:
+                        parents[parent] = known
+                parent = known
+                if prefix_hash not in linked:
+                    if not self.ctx.extractor.is_hash(prefix_hash):
+                        raise InvalidArgument(
+                            f"key {key!r} has no prefix hash under the "
+                            f"{self.ctx.extractor.name!r} rule (a hash is "
+                            f"{self.ctx.extractor.hash_form}), so it cannot be linked to a "
+                            "parent; store it without parent_block_hash", key=key)
+                    linked.add(prefix_hash)
             writes.append(registration.Write(key, prefix_hash, parent if tree_on else None,
                                              suffix=suffix, size=size, pins=pins,
-                                             replicas=pack_replicas(check_replicas(replicas))))
+                                             replicas="" if replicas is None else
+                                             pack_replicas(check_replicas(replicas))))
         check_unique([w.key for w in writes], "object key")
         wait_ms = settings.put_wait_ms if wait_ms is None else check_wait_ms(wait_ms)
         results = waiting.write_waiting(

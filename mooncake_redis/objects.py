@@ -23,10 +23,20 @@ Target = tuple[str, str, str]
 
 
 def put_end(ctx: Context, targets: Sequence[Target]) -> list[Result[None]]:
-    calls = ctx.calls("put_end")
+    """One call per shard, its items one per node: the node's suffixes, each once (a key
+    named twice gets one reply, given to both)."""
+    calls = ctx.calls("put_end", ctx.token)
+    nodes: dict[str, dict[str, str]] = {}
     for key, prefix_hash, suffix in targets:
-        call = calls.add(ctx.shard(prefix_hash), key)
-        call.item(call.node(prefix_hash), prefix_hash, suffix, ctx.token)
+        named = nodes.get(prefix_hash)
+        if named is None:
+            named = nodes[prefix_hash] = {}
+        named[suffix] = key
+    for prefix_hash, named in nodes.items():
+        shard = ctx.shard(prefix_hash)
+        for key in named.values():
+            call = calls.add(shard, key)
+        call.item(call.node(prefix_hash), prefix_hash, len(named), *named)
     batch = ctx.batch()
     calls.queue(batch)
     outcome = {key: item_result(key, reply) for key, reply in calls.per_item(batch.execute())}

@@ -175,23 +175,34 @@ def _send(ctx: Context, todo: list[Write], mode: str) -> _Sent:
     sent = _Sent(ctx.epoch(at_least=max(w.min_epoch for w in todo)))
     links = ctx.calls("link", batch_id)
     written = {w.prefix_hash for w in todo}
-    for child, parent in sorted({w.link for w in todo if w.link is not None}):
+    # by parent: link.lua reads and writes each parent once per run of its items
+    for parent, child in sorted({(w.parent, w.prefix_hash) for w in todo if w.parent}):
         add_link(links, ctx, parent, child, sent.epoch, tag=(child, parent),
                  parent_written=parent in written)
     puts = ctx.calls("put_start", batch_id, settings.put_start_discard_timeout_ms,
-                     default_shard_limit(settings.capacity_bytes, settings.shard_count), mode)
+                     default_shard_limit(settings.capacity_bytes, settings.shard_count), mode,
+                     ctx.token, sent.epoch)
     registers = ctx.calls("register", batch_id)
+    groups: dict[tuple[str, str, str], list[Write]] = {}
     for w in todo:
         checked = ("0" if not w.checked else "1" if w.stamp is None
                    else f"1:{w.stamp}")
         if w.suffix is not None:
-            call = puts.add(ctx.shard(w.prefix_hash), w)
-            call.item(call.node(w.prefix_hash), w.prefix_hash, w.suffix, w.size, w.pins,
-                      ctx.token, w.parent or "", sent.epoch, checked, w.replicas)
+            group = groups.get((w.prefix_hash, w.parent or "", checked))
+            if group is None:
+                group = groups[w.prefix_hash, w.parent or "", checked] = []
+            group.append(w)
         else:
             call = registers.add(ctx.shard(w.prefix_hash), w)
             call.item(call.node(w.prefix_hash), w.prefix_hash, w.parent or "", sent.epoch,
                       checked, len(w.registered), *w.registered)
+    for (prefix_hash, parent, checked), group in groups.items():
+        shard = ctx.shard(prefix_hash)
+        objects: list[object] = []
+        for w in group:
+            call = puts.add(shard, w)
+            objects += (w.suffix, w.size, w.pins, w.replicas)
+        call.item(call.node(prefix_hash), prefix_hash, parent, checked, len(group), *objects)
     batch = ctx.batch()
     links.queue(batch)
     batch.barrier()  # on a cluster the parents must list their children first

@@ -1,13 +1,15 @@
 """The Lua scripts of lua/ and the one way to build a call of a shard script.
 
 Every shard script takes the shard's keys as KEYS[1..7], then node keys, and ARGV starts
-with the common header (lua/_lib.lua); each module that drives a script builds its items
-through ShardCall, which keeps the node keys of one call unique and of one shard tag.
+with the common header (lua/_lib.lua), and gets the parts of lua/_lib.lua it names (its
+'-- uses:' line; all of them without one); each module that drives a script builds its
+items through ShardCall, which keeps the node keys of one call unique and of one shard tag.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from typing import Any, Generic, TypeVar
@@ -24,9 +26,6 @@ SHARD_SCRIPTS = (
 )
 OTHER_SCRIPTS = ("lock_token", "segment", "segment_flag", "read_events", "lend")
 SCRIPT_NAMES = SHARD_SCRIPTS + OTHER_SCRIPTS
-WITHOUT_LIBRARY = frozenset({"lend"})
-"""Scripts that use nothing of _lib.lua and so are sent without it: its definitions cost
-instructions on every call (the keeper stamps every shard each run)."""
 
 RETRY_SAFE = frozenset({"link", "put_start", "register", "put_end", "grant_lease", "unlink",
                         "resolve", "lock_token", "trim_fences", "invalidate", "segment_flag"})
@@ -44,19 +43,53 @@ def read_lua(name: str) -> str:
     return resources.files("mooncake_redis.lua").joinpath(f"{name}.lua").read_text("utf-8")
 
 
+PART = re.compile(r"^-- @part (\w+)(?:: needs ([\w ]+))?$", re.MULTILINE)
+USES = re.compile(r"^-- uses:([\w ]*)$", re.MULTILINE)
+
+
+def library_parts() -> tuple[str, dict[str, tuple[list[str], str]]]:
+    """The library's opening comments, and its parts in file order: name -> (the parts it
+    needs, its text)."""
+    text = read_lua(LIBRARY)
+    marks = list(PART.finditer(text))
+    parts = {}
+    for mark, end in zip(marks, [m.start() for m in marks[1:]] + [len(text)]):
+        parts[mark.group(1)] = ((mark.group(2) or "").split(), text[mark.start():end])
+    return text[:marks[0].start()] if marks else text, parts
+
+
+def library_for(body: str) -> str:
+    """The helpers a script gets: the parts its '-- uses:' line names and those they need,
+    in the library's order; every part for a script without one, nothing for a script
+    whose line names none."""
+    opening, parts = library_parts()
+    uses = USES.search(body)
+    if uses is None:
+        return opening + "".join(text for _, text in parts.values())
+    todo = uses.group(1).split()
+    if not todo:
+        return ""
+    wanted: set[str] = set()
+    while todo:
+        part = todo.pop()
+        if part not in wanted:
+            wanted.add(part)
+            todo.extend(parts[part][0])
+    return opening + "".join(text for name, (_, text) in parts.items() if name in wanted)
+
+
 def build_script(name: str, shebang: bool = True) -> LuaScript:
-    """The script with the helpers prepended (unless it is WITHOUT_LIBRARY). Its first
-    line may be a Redis 7 shebang (`#!lua flags=allow-oom` on scripts that free memory:
-    they must run when Redis is at maxmemory; a plain `#!lua` makes Redis refuse the whole
-    script up front there, never half-way through): it stays first. shebang=False drops
-    it (fakeredis has none)."""
+    """The script with the helpers it uses prepended (library_for). Its first line may be
+    a Redis 7 shebang (`#!lua flags=allow-oom` on scripts that free memory: they must run
+    when Redis is at maxmemory; a plain `#!lua` makes Redis refuse the whole script up
+    front there, never half-way through): it stays first. shebang=False drops it
+    (fakeredis has none)."""
     body = read_lua(name)
     first, _, rest = body.partition("\n")
     header = ""
     if first.startswith("#!lua"):
         header, body = (first + "\n" if shebang else ""), rest
-    library = "" if name in WITHOUT_LIBRARY else read_lua(LIBRARY) + "\n"
-    source = header + library + body
+    source = header + library_for(body) + "\n" + body
     return LuaScript(name, source, hashlib.sha1(source.encode()).hexdigest())
 
 

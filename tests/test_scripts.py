@@ -18,7 +18,7 @@ from redis.crc import key_slot
 from mooncake_redis import Index, ObjectAlreadyExists
 from mooncake_redis.executor import CrossSlotCall
 from mooncake_redis.fsck import check
-from mooncake_redis.scripts import LIBRARY, SCRIPT_NAMES, read_lua
+from mooncake_redis.scripts import LIBRARY, SCRIPT_NAMES, library_for, library_parts, read_lua
 
 STOP = "mooncake-test-stop-monitor"
 KEYLESS = {"TIME"}
@@ -174,3 +174,16 @@ def test_no_script_builds_a_key_name(name: str) -> None:
         key = key_of(words)
         assert key and ".." not in key and not key.startswith(("'", '"')), \
             f"{name}: redis.call({arguments}) builds its key"
+
+
+def test_a_script_carries_the_library_parts_it_names_and_what_they_need() -> None:
+    """`-- uses:` (lua/_lib.lua): put_end names events and leaves and gets core with them,
+    not the node records; a script without the line gets every part; an empty line none."""
+    _, parts = library_parts()
+    put_end = library_for(read_lua("put_end"))
+    assert "local function emit_event" in put_end and "local function leaf_score" in put_end
+    assert "local function now" in put_end  # core: events and leaves need it
+    assert "local function node(" not in put_end and "local function finish" not in put_end
+    assert library_for(read_lua("delete")).endswith(parts["links"][1])
+    assert all(text in library_for(read_lua("delete")) for _, text in parts.values())
+    assert library_for("-- uses:\nreturn 1") == ""

@@ -1,0 +1,141 @@
+"""redis-server's instructions per page of the registration hot path, counted by valgrind's
+callgrind: unlike CPU time, the count does not move with the machine's load, so a change
+to a script can be measured on a busy machine in seconds (docs/BENCHMARKS.md, section 11).
+
+    python -m benchmarks.instructions [--pages 2000] [--shards 16] [--no-parent]
+
+One redis-server under callgrind; per phase (the floor's register.lua, batch_put_start
+with parents, batch_put_end; 500 pages a call, 16 shards unless told) the counters are zeroed before
+and dumped after, and the phase's instructions divided by its pages. A phase's count
+includes everything the server does for it: reading the commands, the scripts and the
+commands they call, the replies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from mooncake_redis import Index
+
+from .common import chunks
+from .floor import FloorScripts
+from .registration import checked, pages_of
+from .trees import put_items
+
+CALL_PAGES = 500
+SHARDS = 16
+WARM_UP_PAGES = 100
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class CountedServer:
+    """A redis-server under callgrind; `count(work)` is the instructions `work` made it run."""
+
+    def __init__(self, out_dir: Path):
+        self.port = free_port()
+        self.out = out_dir / "callgrind.out"
+        self.process = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={self.out}.%p",
+             "redis-server", "--port", str(self.port), "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.url = f"redis://127.0.0.1:{self.port}"
+        self.client = redis.Redis.from_url(self.url, decode_responses=True)
+        for _ in range(600):
+            try:
+                self.client.ping()
+                return
+            except redis.ConnectionError:
+                time.sleep(0.1)
+        raise RuntimeError("redis-server under valgrind did not start")
+
+    def _control(self, *args: str) -> None:
+        subprocess.run(["callgrind_control", *args, str(self.process.pid)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def count(self, work: Callable[[], Any]) -> int:
+        self._control("-z")
+        work()
+        self._control("-d")
+        dumps = sorted(self.out.parent.glob(f"{self.out.name}.{self.process.pid}*"),
+                       key=lambda path: path.stat().st_mtime)
+        found = re.search(r"^(?:summary|totals): (\d+)", dumps[-1].read_text(), re.MULTILINE)
+        if found is None:
+            raise RuntimeError(f"no total in {dumps[-1]}")
+        return int(found.group(1))
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.wait()
+
+
+def run(pages_count: int, parents: bool, shards: int = SHARDS) -> dict[str, float]:
+    """Instructions per page of each phase."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed")
+    with tempfile.TemporaryDirectory(prefix="mooncake-callgrind-") as out_dir:
+        server = CountedServer(Path(out_dir))
+        try:
+            ours = Index.from_url(server.url, namespace="ours", shard_count=shards)
+            floor = Index.from_url(server.url, namespace="floor", shard_count=shards)
+            scripts = FloorScripts(server.client)
+            pages = pages_of(7, WARM_UP_PAGES + pages_count)
+            warm, pages = pages[:WARM_UP_PAGES], pages[WARM_UP_PAGES:]
+
+            def items(group: Sequence[Any]) -> list[tuple[str, int, str | None]]:
+                return put_items(group if parents else [(page, None) for page, _ in group])
+
+            first = items(warm)
+            checked(ours.batch_put_start(first))
+            checked(ours.batch_put_end([key for key, _, _ in first]))
+            scripts.register(floor, warm)
+            groups = [items(group) for group in chunks(pages, CALL_PAGES)]
+            phases: list[tuple[str, Callable[[], Any]]] = [
+                ("floor", lambda: [scripts.register(floor, group)
+                                   for group in chunks(pages, CALL_PAGES)]),
+                ("put_start", lambda: [checked(ours.batch_put_start(group))
+                                       for group in groups]),
+                ("put_end", lambda: [checked(ours.batch_put_end([key for key, _, _ in group]))
+                                     for group in groups]),
+            ]
+            counts = {name: server.count(work) / len(pages) for name, work in phases}
+            ours.close()
+            floor.close()
+        finally:
+            server.close()
+    counts["ratio"] = (counts["put_start"] + counts["put_end"]) / counts["floor"]
+    return counts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pages", type=int, default=2000)
+    parser.add_argument("--shards", type=int, default=SHARDS, help="the namespaces' shard_count")
+    parser.add_argument("--no-parent", action="store_true",
+                        help="put_start without parents (no link step)")
+    args = parser.parse_args()
+    counts = run(args.pages, not args.no_parent, args.shards)
+    print(f"instructions per page ({args.pages} pages, {args.shards} shards, {CALL_PAGES} a call"
+          f"{', no parents' if args.no_parent else ''}): floor {counts['floor']:,.0f}, "
+          f"put_start {counts['put_start']:,.0f}, put_end {counts['put_end']:,.0f}; "
+          f"(put_start + put_end) / floor {counts['ratio']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
