@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -135,13 +136,13 @@ def rebalance(ctx: Context, lock_token: str | None = None) -> list[ShardUsage]:
     keeper only uses its shard's limit, so nothing it does can take the store over
     capacity; docs/ARCHITECTURE.md ("Capacity and admission") gives the argument."""
     if lock_token is None:
-        token = secrets.token_hex(8)
-        if not _eviction_lock(ctx, "acquire", token):
+        token = KEEPER_TOKEN_PREFIX + secrets.token_hex(8)
+        if not eviction_lock(ctx, "acquire", token):
             return _lower_to_capacity(ctx)
         try:
             return _keep(ctx)
         finally:
-            _eviction_lock(ctx, "release", token)
+            eviction_lock(ctx, "release", token)
     ctx.reload_settings()
     return _keep(ctx)
 
@@ -231,7 +232,19 @@ def _give_under_target(ctx: Context, shards: Sequence[str], stamped: list[tuple[
     raise_first_error(batch.execute())
 
 
-def _eviction_lock(ctx: Context, operation: str, token: str) -> bool:
+KEEPER_TOKEN_PREFIX = "keeper:"
+"""What the eviction lock holds while a keeper outside a job (the monitor, set_config)
+runs: milliseconds, so an eviction job that finds it waits instead of giving up."""
+
+KEEPER_WAIT_S = 5.0
+"""How long an eviction job waits for keepers to release the lock (a hang guard: a keeper
+run takes milliseconds; a keeper that died leaves the lock to expire, and the job then
+gives up as it does for another job)."""
+
+
+def eviction_lock(ctx: Context, operation: str, token: str) -> bool:
+    """Take, renew or release the namespace's eviction lock (lua/lock_token.lua: safe to
+    re-send, so a lost reply cannot make its owner think another one holds it)."""
     batch = ctx.batch()
     batch.call(ctx.scripts["lock_token"], [ctx.schema.eviction_lock],
                [operation, token, ctx.settings.eviction_lock_ttl_ms], retry_safe=True)
@@ -239,3 +252,17 @@ def _eviction_lock(ctx: Context, operation: str, token: str) -> bool:
     if isinstance(result, MooncakeRedisError):
         raise result
     return bool(int(result))
+
+
+def take_eviction_lock(ctx: Context, token: str) -> bool:
+    """Take the eviction lock for a job, waiting while a keeper holds it (not while
+    another job does)."""
+    deadline = time.monotonic() + KEEPER_WAIT_S
+    while not eviction_lock(ctx, "acquire", token):
+        holder = ctx.read("GET", ctx.schema.eviction_lock)
+        if holder is not None and not str(holder).startswith(KEEPER_TOKEN_PREFIX):
+            return False
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True

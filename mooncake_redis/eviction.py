@@ -23,9 +23,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .admission import rebalance, used_bytes
+from .admission import eviction_lock, rebalance, take_eviction_lock, used_bytes
 from .context import Context
-from .errors import InvalidArgument, MooncakeRedisError
+from .errors import InvalidArgument
 from .executor import raise_first_error, score_pairs
 from .links import Intent, NewLeaf, ResolverReport, cascade, resolve, triples
 from .matching import primaries
@@ -206,7 +206,7 @@ class Evictor:
             return
         report.target_bytes = target
         token = uuid.uuid4().hex
-        if not self._lock(token, "acquire"):
+        if not take_eviction_lock(ctx, token):
             report.stopped = LOCK_HELD
             return
         try:
@@ -347,15 +347,7 @@ class Evictor:
         return int(self.ctx.settings.eviction_target_ratio * capacity)
 
     def _lock(self, token: str, operation: str) -> bool:
-        """Take, renew or release the namespace's eviction lock (lua/lock_token.lua: safe
-        to re-send, so a lost reply cannot make a job think another one holds it)."""
-        batch = self.ctx.batch()
-        batch.call(self.ctx.scripts["lock_token"], [self.ctx.schema.eviction_lock],
-                   [operation, token, self.ctx.settings.eviction_lock_ttl_ms], retry_safe=True)
-        (result,) = batch.execute()
-        if isinstance(result, MooncakeRedisError):
-            raise result
-        return bool(int(result))
+        return eviction_lock(self.ctx, operation, token)
 
 
 def _score_arg(score: float) -> str:

@@ -265,6 +265,26 @@ def test_a_held_lock_makes_a_job_stop_without_evicting(index: Index) -> None:
     assert index.client.get(index.ctx.schema.eviction_lock) == "someone-else"
 
 
+def test_a_job_waits_for_a_keeper_that_holds_the_lock(
+        index: Index, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A keeper (the monitor's, set_config's) holds the eviction lock for milliseconds: a
+    job that finds it waits for it, not stops. The keeper's end is the first wait's."""
+    from mooncake_redis import admission
+
+    store(index, "leaf")
+    lock = index.ctx.schema.eviction_lock
+    index.client.set(lock, admission.KEEPER_TOKEN_PREFIX + "run", px=60_000)
+    waits = []
+
+    def keeper_finishes(seconds: float) -> None:
+        waits.append(seconds)
+        index.client.delete(lock)
+
+    monkeypatch.setattr(admission.time, "sleep", keeper_finishes)
+    report = index.evict(target_ratio=0)
+    assert len(waits) == 1 and report.stopped != LOCK_HELD and report.objects == 1
+
+
 def test_lease_ordered_eviction_without_the_tree(make_index) -> None:
     index: Index = make_index(enable_radix_tree=False)
     for i in range(10):
