@@ -20,17 +20,28 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .admission import rebalance, used_bytes
 from .context import Context
 from .errors import InvalidArgument, MooncakeRedisError
 from .executor import raise_first_error, score_pairs
-from .links import Intent, NewLeaf, ResolverReport, cascade, resolve, triples
+from .scripts import ShardCall, ShardCalls
+from .links import (
+    Intent,
+    NewLeaf,
+    ResolverReport,
+    cascade,
+    clear_outbox,
+    new_leaves,
+    resolve,
+    triples,
+)
 from .matching import primaries
 from .rescoring import latest_possible_score, rescore_leaves
-from .values import split_node
+from .values import split_node, to_int
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +125,9 @@ class Candidates:
             self._bytes[prefix_hash] = size
         heapq.heappush(self._heap, (score, prefix_hash))
 
+    def size(self, prefix_hash: str) -> int:
+        return self._bytes.get(prefix_hash, 0)
+
     def drop(self, prefix_hash: str) -> None:
         if self._score.pop(prefix_hash, None) is not None:
             self._shard_left[self.ctx.shard(prefix_hash)] -= 1
@@ -131,7 +145,7 @@ class Candidates:
         found: list[tuple[str, float]] = []
         for shard, page in zip(shards, batch.execute()):
             pairs = score_pairs(page)
-            found += pairs
+            found += self._of_shard(shard, pairs)
             if len(pairs) < self.depth:
                 self._shard_full.discard(shard)
         if not found:
@@ -140,7 +154,33 @@ class Candidates:
         for prefix_hash, _ in found:
             batch.command("HGET", self.ctx.schema.node(prefix_hash), "b")
         for (prefix_hash, score), size in zip(found, batch.execute()):
-            self.push(prefix_hash, score, int(size or 0))
+            self.push(prefix_hash, score, to_int(size))
+
+    def wants_head(self, shard: str) -> bool:
+        """Whether the next take must read the shard again (all its candidates are used
+        up and its index may hold more): the evict call reads its head then."""
+        return shard in self._shard_full and not self._shard_left.get(shard)
+
+    def absorb(self, shard: str, head: Sequence[str]) -> None:
+        """The head of the shard's index as an evict call read it (hash, score, bytes
+        triples), in place of a refill of that shard."""
+        pairs = [(head[i], float(head[i + 1])) for i in range(0, len(head), 3)]
+        sizes = dict(zip(head[0::3], head[2::3]))
+        for prefix_hash, score in self._of_shard(shard, pairs):
+            self.push(prefix_hash, score, to_int(sizes[prefix_hash]))
+        if len(pairs) < self.depth:
+            self._shard_full.discard(shard)
+
+    def _of_shard(self, shard: str, pairs: list[tuple[str, float]]) -> list[tuple[str, float]]:
+        """The entries that can be leaves of the shard; any other (junk a namespace user
+        planted: no node of this shard can have that hash) is dropped from the index."""
+        junk = [member for member, _ in pairs if self.ctx.shard(member) != shard]
+        if not junk:
+            return pairs
+        log.warning("dropping %d entries of %s that name no node of its shard (first: %r)",
+                    len(junk), self.index, junk[0][:200])
+        self.ctx.defer("ZREM", getattr(self.ctx.schema.shard_keys(shard), self.index), *junk)
+        return [(member, score) for member, score in pairs if member not in junk]
 
     def take(self, need_bytes: int, limit: int, now_ms: int) -> list[tuple[str, float]]:
         """The oldest evictable leaves, enough for need_bytes, at most limit; stops early
@@ -261,7 +301,8 @@ class Evictor:
         for candidates in passes:
             chosen = candidates.take(need_bytes, limit, now_ms)
             if chosen:
-                evicted = self._evict(chosen, "leaf", candidates.soft, candidates, report)
+                evicted = self._evict(chosen, "leaf", candidates.soft, candidates, report,
+                                      need_bytes, now_ms)
                 if evicted:
                     return evicted
         if self.ctx.settings.allow_path_breaking_eviction:
@@ -270,17 +311,22 @@ class Evictor:
         return 0
 
     def _evict(self, chosen: list[tuple[str, float]], mode: str, soft: bool,
-               candidates: Candidates | None, report: EvictionReport) -> int:
-        calls = self.ctx.calls("evict", "1" if soft else "0", self.ctx.settings.soft_pin_ttl_ms)
+               candidates: Candidates | None, report: EvictionReport, need_bytes: int = 0,
+               now_ms: int = 0) -> int:
+        """One evict call per shard for the chosen nodes, then the cascade. In mode leaf a
+        call unlinks its leaves from parents of its own shard, and the cascade's calls
+        (the same script, one per shard and level) unlink them from parents elsewhere;
+        either evicts a parent left a leaf scored no later than this round's latest
+        choice, within the bytes the round still needs (split between the calls). A call
+        also reads its index's head where the next round needs it."""
+        ctx = self.ctx
+        round_ = _Round(candidates, soft, need_bytes, now_ms, chosen)
+        calls = round_.calls(ctx, {ctx.shard(prefix_hash) for prefix_hash, _ in chosen})
         for prefix_hash, seen in chosen:
-            call = calls.add(self.ctx.shard(prefix_hash), prefix_hash)
-            call.item(call.node(prefix_hash), prefix_hash, _score_arg(seen), mode)
-        batch = self.ctx.batch()
-        calls.queue(batch)
-        results = batch.execute()
-        raise_first_error(results)
+            call = calls.add(ctx.shard(prefix_hash), prefix_hash)
+            call.item(call.node(prefix_hash), prefix_hash, _score_arg(seen), mode, "")
+        results = self._send(calls)
         evicted = 0
-        intents: list[Intent] = []
         for prefix_hash, outcome in calls.per_item(results, part=0):
             if outcome.startswith("E"):
                 count, size = outcome[1:].split(":")
@@ -293,19 +339,61 @@ class Evictor:
                 score = float(outcome[1:])
                 if math.isfinite(score):
                     candidates.push(prefix_hash, score)
-        for _, reply in calls.replies(results):
-            intents += triples(reply[1])
-
-        def on_new_leaf(leaf: NewLeaf) -> None:
-            prefix_hash, score, size, soft = leaf
-            index = "soft_leaves" if soft else "leaves"
-            if math.isfinite(score):
-                for candidates in self._passes:
-                    if candidates.index == index:
-                        candidates.push(prefix_hash, score, size)
-
-        cascade(self.ctx, intents, on_new_leaf)
+        if mode != "leaf":
+            cascade(ctx, self._intents(calls, results, round_, report), self._on_new_leaf)
+            return evicted
+        level = self._intents(calls, results, round_, report)
+        depth = 0
+        while level:
+            depth += 1
+            if depth > ctx.settings.max_depth:
+                raise MooncakeRedisError(f"cascade deeper than max_depth={ctx.settings.max_depth}; "
+                                         "the resolver finishes it from the outbox")
+            calls = round_.calls(ctx, {ctx.shard(parent) for parent, _, _ in level}, head=False)
+            for parent, child, epoch in level:
+                call = calls.add(ctx.shard(parent), parent)
+                call.item(call.node(parent), parent, epoch, "unlink", child)
+            results = self._send(calls)
+            clear_outbox(ctx, level)
+            before = report.objects
+            level = self._intents(calls, results, round_, report)
+            evicted += report.objects - before
         return evicted
+
+    def _send(self, calls: ShardCalls[str]) -> list[Any]:
+        batch = self.ctx.batch()
+        calls.queue(batch)
+        results = batch.execute()
+        raise_first_error(results)
+        return results
+
+    def _intents(self, calls: ShardCalls[str], results: list[Any], round_: _Round,
+                 report: EvictionReport) -> list[Intent]:
+        """What the calls' replies carry besides the items' outcomes: the parents evicted
+        inside (counted), the new leaves (on the heaps), the indexes' heads (absorbed) and
+        the unlinks to run elsewhere (returned)."""
+        intents: list[Intent] = []
+        for tags, (_, intents_flat, leaves_flat, inside, head) in calls.replies(results):
+            intents += triples(intents_flat)
+            for leaf in new_leaves(leaves_flat):
+                self._on_new_leaf(leaf)
+            leaves, objects, size = (int(x) for x in inside)
+            report.leaves += leaves
+            report.objects += objects
+            report.bytes += size
+            round_.need_bytes -= size
+            if head and round_.candidates is not None:
+                round_.candidates.absorb(self.ctx.shard(tags[0]), head)
+        return intents
+
+    def _on_new_leaf(self, leaf: NewLeaf) -> None:
+        """A parent became a leaf: it goes on its index's heaps with its own score."""
+        prefix_hash, score, size, soft = leaf
+        index = "soft_leaves" if soft else "leaves"
+        if math.isfinite(score):
+            for candidates in self._passes:
+                if candidates.index == index:
+                    candidates.push(prefix_hash, score, size)
 
     def _interior_nodes(self, now_ms: int) -> list[tuple[str, float]]:
         """Path-breaking eviction's candidates: interior nodes whose objects are all
@@ -356,6 +444,39 @@ class Evictor:
         if isinstance(result, MooncakeRedisError):
             raise result
         return bool(int(result))
+
+
+class _Round:
+    """What the evict calls of one round share: the pass, its cutoff and the bytes the
+    round may still free inside the calls."""
+
+    def __init__(self, candidates: Candidates | None, soft: bool, need_bytes: int,
+                 now_ms: int, chosen: list[tuple[str, float]]):
+        self.candidates = candidates
+        self.soft = soft
+        self.cutoff = int(max((seen for _, seen in chosen if math.isfinite(seen)), default=0))
+        planned = 0 if candidates is None else sum(candidates.size(h) for h, _ in chosen)
+        self.need_bytes = need_bytes - planned
+        """Bytes beyond the chosen leaves' that parents evicted inside the calls may free."""
+        self.now_ms = now_ms
+
+    def calls(self, ctx: Context, shards: set[str], head: bool = True) -> ShardCalls[str]:
+        candidates = self.candidates
+        index, depth, latest, shard_count = "", 0, 0, 0
+        if candidates is not None:
+            index, depth = candidates.index, candidates.depth
+            latest, shard_count = self.now_ms - candidates.lapse_ms, ctx.schema.shard_count
+        allowance = max(0, self.need_bytes) // max(1, len(shards))
+        script, header = ctx.scripts["evict"], ctx.header()
+
+        def make(shard: str) -> ShardCall:
+            wanted = depth if head and candidates is not None and candidates.wants_head(shard) \
+                else 0
+            return ShardCall(script, ctx.schema, shard, header, "1" if self.soft else "0",
+                             ctx.settings.soft_pin_ttl_ms, index, shard_count, self.cutoff,
+                             allowance, wanted, latest)
+
+        return ShardCalls(make)
 
 
 def _score_arg(score: float) -> str:
