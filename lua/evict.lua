@@ -177,33 +177,39 @@ end
 -- the field was removed, else 0.
 unlink_at = function(key, hash, child, epoch)
   local field_name = child_field(child)
-  local parent, current = load(key, hash, field_name)
-  if not current or tonumber(current) ~= epoch then return 0 end  -- relinked since, or gone
-  local was_shell = (parent.no or 0) == 0
-  parent.nc = (parent.nc or 1) - 1
-  if parent.nc > 0 then
+  -- One HMGET: the child field and the counters (a parent may have many children, which
+  -- an HGETALL would all read); its objects only if it is evicted here.
+  local v = redis.call('HMGET', key, field_name, 'nc', 'no', 'np', 'ps', 'nh', 'ns', 'b', 'lm',
+    'p', 'pe')
+  if not v[1] or tonumber(v[1]) ~= epoch then return 0 end  -- relinked since, or gone
+  local nc = (tonumber(v[2]) or 1) - 1
+  if nc > 0 then
     redis.call('HDEL', key, field_name)
-    redis.call('HSET', key, 'nc', num(parent.nc))
+    redis.call('HSET', key, 'nc', num(nc))
     return 1
   end
-  parent.nc = nil
+  local parent = {key = key, hash = hash, exists = true, no = tonumber(v[3]),
+    np = tonumber(v[4]), ps = tonumber(v[5]), nh = tonumber(v[6]), ns = tonumber(v[7]),
+    b = tonumber(v[8]), lm = tonumber(v[9]), p = v[10], pe = tonumber(v[11])}
+  if parent.p and string.byte(parent.p, 1) == 63 then parent.p = nil end  -- a batch marker
   if not parent.no then  -- an empty shell: it goes, and its own unlink
-    if was_shell then d_shells = d_shells - 1 end
+    d_shells = d_shells - 1
     parent.objects = {}
     drop_node(parent)
     return 1
   end
   local set_, score = leaf_of(parent)
   if may_go(set_, score) and score <= CUTOFF and (parent.b or 0) <= allowance then
-    allowance = allowance - (parent.b or 0)
-    inside[1], inside[2], inside[3] = inside[1] + 1, inside[2] + parent.no, inside[3] +
-      (parent.b or 0)
-    drop_node(parent)
+    local full = load(key, hash)
+    allowance = allowance - (full.b or 0)
+    inside[1], inside[2], inside[3] = inside[1] + 1, inside[2] + (full.no or 0),
+      inside[3] + (full.b or 0)
+    drop_node(full)
     return 1
   end
   redis.call('HDEL', key, field_name, 'nc')
-  redis.call('ZADD', set_, num(score), parent.hash)
-  new_leaves[#new_leaves + 1] = {parent.hash, num(score), num(parent.b or 0),
+  redis.call('ZADD', set_, num(score), hash)
+  new_leaves[#new_leaves + 1] = {hash, num(score), num(parent.b or 0),
     set_ == SOFT_LEAVES and '1' or '0'}
   return 1
 end

@@ -28,7 +28,6 @@ from .admission import rebalance, used_bytes
 from .context import Context
 from .errors import InvalidArgument, MooncakeRedisError
 from .executor import raise_first_error, score_pairs
-from .scripts import ShardCall, ShardCalls
 from .links import (
     Intent,
     NewLeaf,
@@ -41,6 +40,7 @@ from .links import (
 )
 from .matching import primaries
 from .rescoring import latest_possible_score, rescore_leaves
+from .scripts import ShardCall, ShardCalls
 from .values import split_node, to_int
 
 log = logging.getLogger(__name__)

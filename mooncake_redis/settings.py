@@ -86,7 +86,7 @@ class Settings:
     max_rounds_per_job: int = 16
     """Eviction rounds one job runs before it hands over to a follow-up job."""
 
-    leaves_per_round: int = 64
+    leaves_per_round: int = 1024
     """Leaves one eviction round takes at most (smaller: closer to an exact LRU order)."""
 
     max_depth: int = 100_000
