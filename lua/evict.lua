@@ -6,43 +6,37 @@
 -- if allowed, and scored no later than the caller saw (a lease granted since then sends
 -- it back to the queue with its new score). The leaf is deleted whole and unlinked from
 -- its parent:
---  * a parent in this shard (a 64-hex hash: its shard is computed here) is unlinked in
+--  * a parent the caller found in this shard and declared with the item is unlinked in
 --    this call (its child field goes if it still holds the leaf's epoch). A parent left
 --    without children and objects is deleted and unlinked in turn; one left a leaf of the
 --    index the call evicts from, evictable now and scored no later than the cutoff (the
 --    latest score the caller chose this round), is evicted in this call too, while the
 --    call's byte allowance lasts; else it joins its leaf index and is returned;
 --  * any other parent: the unlink is recorded (outbox) and returned, as before.
+-- Mode 'unlink' is such a recorded unlink, run by the caller in the parent's shard (the
+-- outbox protocol's second step, as unlink.lua) with the same rules for the parent.
 -- A chosen node that does not belong in the index it was read from (no node, not a
 -- leaf, the other index: junk) is dropped from it; a leaf whose indexed score is not its
--- own is re-scored there. At the end the call reads the head of the index for the
--- caller's next round (so its refills need no round trip of their own).
+-- own is re-scored there. Every key is declared in KEYS.
 -- Mode 'interior' (path-breaking eviction, only by option) takes the objects of a node
 -- that has children, which stays as a shell.
--- KEYS: 1-7 the shard's keys, then the chosen nodes
+-- KEYS: 1-7 the shard's keys, then the chosen nodes and declared parents
 -- ARGV: 1-3 header (_lib.lua), 4 soft pins allowed (0|1), 5 soft_pin_ttl_ms (0 = soft pins
 --       never lapse; else a soft pin lapses that long after the object's lease ended),
---       6 the index evicted from ('leaves'|'soft_leaves'|'' in mode interior), 7 the
---       namespace's shard count (0 = no cascade inside the call), 8 cutoff score (an
---       integer), 9 byte allowance for parents evicted inside the call, 10 head depth
---       (0 = no head), 11 head's latest score, then 5 per item: node key index, node
---       hash, the score the caller saw (mode 'unlink': the epoch), mode ('leaf'|
---       'interior'|'unlink'), the child to unlink ('' in other modes)
--- Mode 'unlink' is an unlink that an evict call of another shard recorded (the outbox
--- protocol's second step, as unlink.lua), run here so that the parent, if it is then a
--- leaf and may go, goes in this call.
+--       6 the index evicted from ('leaves'|'soft_leaves'|'' in mode interior), 7 cutoff
+--       score (an integer), 8 byte allowance for parents evicted inside the call, then 6
+--       per item: node key index, node hash, the score the caller saw (mode 'unlink':
+--       the epoch), mode ('leaf'|'interior'|'unlink'), the parent the caller found
+--       (mode 'unlink': the child to unlink; '' = none), that parent's key index ('' =
+--       not declared)
 -- Returns: {one per item: 'E<objects>:<bytes>' evicted, 'S<score>' skipped (score now),
---           'X' not evictable as asked, 1|0 the unlink removed the child field or not; intents: parent, child, epoch, ...;
---           new leaves: hash, score, bytes, soft (0|1), ...;
---           {leaves, objects, bytes} evicted inside the call as parents;
---           head: hash, score, bytes, ...}
+--           'X' not evictable as asked, 1|0 the unlink removed the child field or not;
+--           intents: parent, child, epoch, ...; new leaves: hash, score, bytes,
+--           soft (0|1), ...; {leaves, objects, bytes} evicted inside the call as parents}
 local soft_allowed, soft_ttl = ARGV[4] == '1', tonumber(ARGV[5])
 local SOURCE = (ARGV[6] == 'leaves' and LEAVES) or (ARGV[6] == 'soft_leaves' and SOFT_LEAVES)
   or nil
-local SHARD_COUNT, CUTOFF, allowance = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
--- This shard's name and its node keys' prefix, from its stats key '<ns>:{<shard>}:stats'.
-local SHARD = string.match(STATS, ':{(%x%x)}:stats$')
-local KEY_PREFIX = string.sub(STATS, 1, #STATS - 5) .. 'n:'
+local CUTOFF, allowance = tonumber(ARGV[7]), tonumber(ARGV[8])
 
 -- Whether a soft pin whose holder's time (lease end, or start) is t has lapsed.
 local function lapsed(t)
@@ -119,13 +113,9 @@ local function may_go(set_, score)
     (set_ == LEAVES or soft_allowed or lapsed(score))
 end
 
--- The key of a parent when it lives in this shard (a 64-hex hash), else nil.
-local function local_key(hash)
-  if SHARD_COUNT == 0 or not SHARD or #hash ~= 64 or string.find(hash, '[^0-9a-f]') then return nil end
-  local shard = math.floor(tonumber(string.sub(hash, 1, 2), 16) * SHARD_COUNT / 256)
-  if string.format('%02x', shard) ~= SHARD then return nil end
-  return KEY_PREFIX .. hash
-end
+-- Parents of chosen leaves that the caller found in this shard, declared in KEYS: hash ->
+-- key (filled from the items).
+local declared = {}
 
 local function child_field(hash)
   if #hash == 64 and not string.find(hash, '[^0-9a-f]') then return hash end
@@ -161,7 +151,7 @@ unlink = function(n)
     fenced[#fenced + 1] = num(pe)
     fenced[#fenced + 1] = n.hash
   end
-  local key = local_key(n.p)
+  local key = declared[n.p]
   if key then
     unlink_at(key, n.p, n.hash, pe)
     return
@@ -263,22 +253,11 @@ local function write_collected()
   end
 end
 
--- The head of the index: up to depth leaves scored no later than latest, with their bytes.
-local function head(depth, latest)
-  local out = {}
-  if depth == 0 or not SOURCE then return out end
-  local page = redis.call('ZRANGEBYSCORE', SOURCE, '-inf', latest, 'WITHSCORES', 'LIMIT', 0,
-    depth)
-  for i = 1, #page, 2 do
-    out[#out + 1] = page[i]
-    out[#out + 1] = page[i + 1]
-    out[#out + 1] = redis.call('HGET', KEY_PREFIX .. page[i], 'b') or '0'
-  end
-  return out
-end
-
 local results = {}
-for a = 12, #ARGV, 5 do
+for a = 9, #ARGV, 6 do
+  if ARGV[a + 5] ~= '' then declared[ARGV[a + 4]] = KEYS[tonumber(ARGV[a + 5])] end
+end
+for a = 9, #ARGV, 6 do
   local key, hash, mode = KEYS[tonumber(ARGV[a])], ARGV[a + 1], ARGV[a + 3]
   if mode == 'leaf' then
     results[#results + 1] = evict_leaf(key, hash, tonumber(ARGV[a + 2]))
@@ -290,5 +269,4 @@ for a = 12, #ARGV, 5 do
 end
 write_collected()
 finish()
-return {results, flat(intents), flat(new_leaves), inside,
-  head(tonumber(ARGV[10]), ARGV[11])}
+return {results, flat(intents), flat(new_leaves), inside}

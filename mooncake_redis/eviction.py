@@ -5,14 +5,14 @@ resolver), then runs rounds. It keeps the evictable leaves of every shard in one
 oldest first, as SGLang's radix cache does in memory: a round takes the oldest leaves
 (enough bytes to reach the target, at most leaves_per_round) and evicts each whole inside
 its shard's evict call (re-checked there). The call unlinks a leaf from a parent of its
-own shard itself; unlinks from parents elsewhere go through the outbox and run at once in
+own shard itself (declared in the call: the refill read the parent); unlinks from parents elsewhere go through the outbox and run at once in
 the parents' shards, with the same script, level by level. A parent left as a leaf no
 younger than the round's latest choice is evicted in that same call (it would have been
 chosen had it been a leaf), within the bytes the round still needs; any other goes on the
-heap with its own score and competes in the next round. The calls also return the head of
-their shard's index when the heap has no candidates of that shard left, so the order is
-exact up to one round (a shard whose candidates are all used up is read again before its
-unread leaves could be older than the next pick). Soft-pinned leaves wait for a second
+heap with its own score and competes in the next round. The order is exact up to one round (a
+shard whose candidates are all used up is read again before its unread leaves could be
+older than the next pick; the read also finds each leaf's parent, so a call can declare
+a parent of its own shard). Soft-pinned leaves wait for a second
 pass; hard pins never go. Only with allow_path_breaking_eviction, and only when no leaf is
 evictable, the objects of interior nodes go (they stay as shells).
 """
@@ -24,7 +24,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +45,7 @@ from .links import (
 from .matching import primaries
 from .rescoring import latest_possible_score, rescore_leaves
 from .scripts import ShardCall, ShardCalls
-from .values import split_node, to_int
+from .values import parent_of, split_node, to_int
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,9 @@ class Candidates:
         self._heap: list[tuple[float, str]] = []
         self._score: dict[str, float] = {}
         self._bytes: dict[str, int] = {}
+        self._parent: dict[str, str] = {}
+        """Parents in their leaf's shard, as the refill read them (the evict call unlinks
+        the leaf from them itself; the script checks the node still names them)."""
         self._shard_left: dict[str, int] = {}
         self._shard_full: set[str] = set(ctx.all_shards())  # not read yet: may hold more
 
@@ -133,6 +136,7 @@ class Candidates:
         return self._bytes.get(prefix_hash, 0)
 
     def drop(self, prefix_hash: str) -> None:
+        self._parent.pop(prefix_hash, None)
         if self._score.pop(prefix_hash, None) is not None:
             self._shard_left[self.ctx.shard(prefix_hash)] -= 1
 
@@ -156,24 +160,16 @@ class Candidates:
             return
         batch = self.ctx.batch()
         for prefix_hash, _ in found:
-            batch.command("HGET", self.ctx.schema.node(prefix_hash), "b")
-        for (prefix_hash, score), size in zip(found, batch.execute()):
+            batch.command("HMGET", self.ctx.schema.node(prefix_hash), "b", "p")
+        for (prefix_hash, score), (size, parent) in zip(found, batch.execute()):
             self.push(prefix_hash, score, to_int(size))
+            parent = parent_of(parent)
+            if parent is not None and self.ctx.shard(parent) == self.ctx.shard(prefix_hash):
+                self._parent[prefix_hash] = parent
 
-    def wants_head(self, shard: str) -> bool:
-        """Whether the next take must read the shard again (all its candidates are used
-        up and its index may hold more): the evict call reads its head then."""
-        return shard in self._shard_full and not self._shard_left.get(shard)
-
-    def absorb(self, shard: str, head: Sequence[str]) -> None:
-        """The head of the shard's index as an evict call read it (hash, score, bytes
-        triples), in place of a refill of that shard."""
-        pairs = [(head[i], float(head[i + 1])) for i in range(0, len(head), 3)]
-        sizes = dict(zip(head[0::3], head[2::3]))
-        for prefix_hash, score in self._of_shard(shard, pairs):
-            self.push(prefix_hash, score, to_int(sizes[prefix_hash]))
-        if len(pairs) < self.depth:
-            self._shard_full.discard(shard)
+    def parent(self, prefix_hash: str) -> str:
+        """The leaf's parent as last read, if it is in the leaf's shard ('' otherwise)."""
+        return self._parent.get(prefix_hash, "")
 
     def _of_shard(self, shard: str, pairs: list[tuple[str, float]]) -> list[tuple[str, float]]:
         """The entries that can be leaves of the shard; any other (junk a namespace user
@@ -306,7 +302,7 @@ class Evictor:
             chosen = candidates.take(need_bytes, limit, now_ms)
             if chosen:
                 evicted = self._evict(chosen, "leaf", candidates.soft, candidates, report,
-                                      need_bytes, now_ms)
+                                      need_bytes)
                 if evicted:
                     return evicted
         if self.ctx.settings.allow_path_breaking_eviction:
@@ -315,20 +311,22 @@ class Evictor:
         return 0
 
     def _evict(self, chosen: list[tuple[str, float]], mode: str, soft: bool,
-               candidates: Candidates | None, report: EvictionReport, need_bytes: int = 0,
-               now_ms: int = 0) -> int:
+               candidates: Candidates | None, report: EvictionReport,
+               need_bytes: int = 0) -> int:
         """One evict call per shard for the chosen nodes, then the cascade. In mode leaf a
-        call unlinks its leaves from parents of its own shard, and the cascade's calls
-        (the same script, one per shard and level) unlink them from parents elsewhere;
-        either evicts a parent left a leaf scored no later than this round's latest
-        choice, within the bytes the round still needs (split between the calls). A call
-        also reads its index's head where the next round needs it."""
+        call unlinks its leaves from the parents the refill found in their shard (declared
+        in the call), and the cascade's calls (the same script, one per shard and level)
+        unlink the others; either evicts a parent left a leaf scored no later than this
+        round's latest choice, within the bytes the round still needs (split between the
+        calls)."""
         ctx = self.ctx
-        round_ = _Round(candidates, soft, need_bytes, now_ms, chosen)
+        round_ = _Round(candidates, soft, need_bytes, chosen)
         calls = round_.calls(ctx, {ctx.shard(prefix_hash) for prefix_hash, _ in chosen})
         for prefix_hash, seen in chosen:
             call = calls.add(ctx.shard(prefix_hash), prefix_hash)
-            call.item(call.node(prefix_hash), prefix_hash, _score_arg(seen), mode, "")
+            parent = "" if candidates is None else candidates.parent(prefix_hash)
+            call.item(call.node(prefix_hash), prefix_hash, _score_arg(seen), mode, parent,
+                      call.node(parent) if parent else "")
         results = self._send(calls)
         evicted = 0
         for prefix_hash, outcome in calls.per_item(results, part=0):
@@ -353,10 +351,10 @@ class Evictor:
             if depth > ctx.settings.max_depth:
                 raise MooncakeRedisError(f"cascade deeper than max_depth={ctx.settings.max_depth}; "
                                          "the resolver finishes it from the outbox")
-            calls = round_.calls(ctx, {ctx.shard(parent) for parent, _, _ in level}, head=False)
+            calls = round_.calls(ctx, {ctx.shard(parent) for parent, _, _ in level})
             for parent, child, epoch in level:
                 call = calls.add(ctx.shard(parent), parent)
-                call.item(call.node(parent), parent, epoch, "unlink", child)
+                call.item(call.node(parent), parent, epoch, "unlink", child, "")
             results = self._send(calls)
             clear_outbox(ctx, level)
             before = report.objects
@@ -374,10 +372,10 @@ class Evictor:
     def _intents(self, calls: ShardCalls[str], results: list[Any], round_: _Round,
                  report: EvictionReport) -> list[Intent]:
         """What the calls' replies carry besides the items' outcomes: the parents evicted
-        inside (counted), the new leaves (on the heaps), the indexes' heads (absorbed) and
-        the unlinks to run elsewhere (returned)."""
+        inside (counted), the new leaves (on the heaps) and the unlinks to run elsewhere
+        (returned)."""
         intents: list[Intent] = []
-        for tags, (_, intents_flat, leaves_flat, inside, head) in calls.replies(results):
+        for _, (_, intents_flat, leaves_flat, inside) in calls.replies(results):
             intents += triples(intents_flat)
             for leaf in new_leaves(leaves_flat):
                 self._on_new_leaf(leaf)
@@ -386,8 +384,6 @@ class Evictor:
             report.objects += objects
             report.bytes += size
             round_.need_bytes -= size
-            if head and round_.candidates is not None:
-                round_.candidates.absorb(self.ctx.shard(tags[0]), head)
         return intents
 
     def _on_new_leaf(self, leaf: NewLeaf) -> None:
@@ -455,32 +451,21 @@ class _Round:
     round may still free inside the calls."""
 
     def __init__(self, candidates: Candidates | None, soft: bool, need_bytes: int,
-                 now_ms: int, chosen: list[tuple[str, float]]):
+                 chosen: list[tuple[str, float]]):
         self.candidates = candidates
         self.soft = soft
         self.cutoff = int(max((seen for _, seen in chosen if math.isfinite(seen)), default=0))
         planned = 0 if candidates is None else sum(candidates.size(h) for h, _ in chosen)
         self.need_bytes = need_bytes - planned
         """Bytes beyond the chosen leaves' that parents evicted inside the calls may free."""
-        self.now_ms = now_ms
 
-    def calls(self, ctx: Context, shards: set[str], head: bool = True) -> ShardCalls[str]:
-        candidates = self.candidates
-        index, depth, latest, shard_count = "", 0, 0, 0
-        if candidates is not None:
-            index, depth = candidates.index, candidates.depth
-            latest, shard_count = self.now_ms - candidates.lapse_ms, ctx.schema.shard_count
+    def calls(self, ctx: Context, shards: set[str]) -> ShardCalls[str]:
+        index = "" if self.candidates is None else self.candidates.index
         allowance = max(0, self.need_bytes) // max(1, len(shards))
         script, header = ctx.scripts["evict"], ctx.header()
-
-        def make(shard: str) -> ShardCall:
-            wanted = depth if head and candidates is not None and candidates.wants_head(shard) \
-                else 0
-            return ShardCall(script, ctx.schema, shard, header, "1" if self.soft else "0",
-                             ctx.settings.soft_pin_ttl_ms, index, shard_count, self.cutoff,
-                             allowance, wanted, latest)
-
-        return ShardCalls(make)
+        return ShardCalls(lambda shard: ShardCall(
+            script, ctx.schema, shard, header, "1" if self.soft else "0",
+            ctx.settings.soft_pin_ttl_ms, index, self.cutoff, allowance))
 
 
 def _score_arg(score: float) -> str:
