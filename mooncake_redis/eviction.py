@@ -5,16 +5,16 @@ resolver), then runs rounds. It keeps the evictable leaves of every shard in one
 oldest first, as SGLang's radix cache does in memory: a round takes the oldest leaves
 (enough bytes to reach the target, at most leaves_per_round) and evicts each whole inside
 its shard's evict call (re-checked there). The call unlinks a leaf from a parent of its
-own shard itself (declared in the call: the refill read the parent); unlinks from parents elsewhere go through the outbox and run at once in
-the parents' shards, with the same script, level by level. A parent left as a leaf no
-younger than the round's latest choice is evicted in that same call (it would have been
-chosen had it been a leaf), within the bytes the round still needs; any other goes on the
-heap with its own score and competes in the next round. The order is exact up to one round (a
-shard whose candidates are all used up is read again before its unread leaves could be
-older than the next pick; the read also finds each leaf's parent, so a call can declare
-a parent of its own shard). Soft-pinned leaves wait for a second
-pass; hard pins never go. Only with allow_path_breaking_eviction, and only when no leaf is
-evictable, the objects of interior nodes go (they stay as shells).
+own shard itself (declared in the call: the refill read the parent); unlinks from parents
+elsewhere go through the outbox and run at once in the parents' shards, with the same
+script, level by level. A parent left as a leaf no younger than the round's latest choice
+is evicted in that same call (it would have been chosen had it been a leaf), within the
+bytes the round still needs; any other goes on the heap with its own score and competes
+in the next round. The order is exact up to one round (a shard whose candidates are all
+used up is read again before its unread leaves could be older than the next pick).
+Soft-pinned leaves wait for a second pass; hard pins never go. Only with
+allow_path_breaking_eviction, and only when no leaf is evictable, the objects of interior
+nodes go (they stay as shells).
 """
 
 from __future__ import annotations
