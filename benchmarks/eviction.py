@@ -31,7 +31,7 @@ NAME = "eviction"
 ROUND_LIMIT = 100_000
 """max_rounds_per_job for the run: one job must drain all K leaves."""
 
-LARGE_ROUNDS = 1024
+LARGE_ROUNDS = 4096
 """The second setting tried: leaves_per_round raised (a namespace setting, not code)."""
 
 

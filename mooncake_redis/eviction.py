@@ -3,14 +3,18 @@
 A job holds the namespace's eviction lock, settles what crashed clients left (the
 resolver), then runs rounds. It keeps the evictable leaves of every shard in one heap,
 oldest first, as SGLang's radix cache does in memory: a round takes the oldest leaves
-(enough bytes to reach the target, at most leaves_per_round), evicts each whole inside its
-shard's script (re-checked there), and unlinks it from its parent; a parent left without
-children becomes a leaf at once and goes on the heap with its own score, so it competes
-in the very next round. A shard whose candidates are all used up is read again before
-its unread leaves could be older than the next pick, so the order is exact up to one
-round's worth of parents becoming leaves. Soft-pinned leaves wait for a second pass;
-hard pins never go. Only with allow_path_breaking_eviction, and only when no leaf is
-evictable, the objects of interior nodes go (they stay as shells).
+(enough bytes to reach the target, at most leaves_per_round) and evicts each whole inside
+its shard's evict call (re-checked there). The call unlinks a leaf from a parent of its
+own shard itself (declared in the call: the refill read the parent); unlinks from parents
+elsewhere go through the outbox and run at once in the parents' shards, with the same
+script, level by level. A parent left as a leaf no younger than the round's latest choice
+is evicted in that same call (it would have been chosen had it been a leaf), within the
+bytes the round still needs; any other goes on the heap with its own score and competes
+in the next round. The order is exact up to one round (a shard whose candidates are all
+used up is read again before its unread leaves could be older than the next pick).
+Soft-pinned leaves wait for a second pass; hard pins never go. Only with
+allow_path_breaking_eviction, and only when no leaf is evictable, the objects of interior
+nodes go (they stay as shells).
 """
 
 from __future__ import annotations
@@ -22,15 +26,26 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .admission import eviction_lock, rebalance, take_eviction_lock, used_bytes
 from .context import Context
 from .errors import InvalidArgument
 from .executor import raise_first_error, score_pairs
-from .links import Intent, NewLeaf, ResolverReport, cascade, resolve, triples
+from .links import (
+    Intent,
+    NewLeaf,
+    ResolverReport,
+    cascade,
+    clear_outbox,
+    new_leaves,
+    resolve,
+    triples,
+)
 from .matching import primaries
 from .rescoring import latest_possible_score, rescore_leaves
-from .values import split_node
+from .scripts import ShardCall, ShardCalls
+from .values import parent_of, split_node, to_int
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +113,9 @@ class Candidates:
         self._heap: list[tuple[float, str]] = []
         self._score: dict[str, float] = {}
         self._bytes: dict[str, int] = {}
+        self._parent: dict[str, str] = {}
+        """Parents in their leaf's shard, as the refill read them (the evict call unlinks
+        the leaf from them itself; the script checks the node still names them)."""
         self._shard_left: dict[str, int] = {}
         self._shard_full: set[str] = set(ctx.all_shards())  # not read yet: may hold more
 
@@ -114,7 +132,11 @@ class Candidates:
             self._bytes[prefix_hash] = size
         heapq.heappush(self._heap, (score, prefix_hash))
 
+    def size(self, prefix_hash: str) -> int:
+        return self._bytes.get(prefix_hash, 0)
+
     def drop(self, prefix_hash: str) -> None:
+        self._parent.pop(prefix_hash, None)
         if self._score.pop(prefix_hash, None) is not None:
             self._shard_left[self.ctx.shard(prefix_hash)] -= 1
 
@@ -131,16 +153,34 @@ class Candidates:
         found: list[tuple[str, float]] = []
         for shard, page in zip(shards, batch.execute()):
             pairs = score_pairs(page)
-            found += pairs
+            found += self._of_shard(shard, pairs)
             if len(pairs) < self.depth:
                 self._shard_full.discard(shard)
         if not found:
             return
         batch = self.ctx.batch()
         for prefix_hash, _ in found:
-            batch.command("HGET", self.ctx.schema.node(prefix_hash), "b")
-        for (prefix_hash, score), size in zip(found, batch.execute()):
-            self.push(prefix_hash, score, int(size or 0))
+            batch.command("HMGET", self.ctx.schema.node(prefix_hash), "b", "p")
+        for (prefix_hash, score), (size, parent) in zip(found, batch.execute()):
+            self.push(prefix_hash, score, to_int(size))
+            parent = parent_of(parent)
+            if parent is not None and self.ctx.shard(parent) == self.ctx.shard(prefix_hash):
+                self._parent[prefix_hash] = parent
+
+    def parent(self, prefix_hash: str) -> str:
+        """The leaf's parent as last read, if it is in the leaf's shard ('' otherwise)."""
+        return self._parent.get(prefix_hash, "")
+
+    def _of_shard(self, shard: str, pairs: list[tuple[str, float]]) -> list[tuple[str, float]]:
+        """The entries that can be leaves of the shard; any other (junk a namespace user
+        planted: no node of this shard can have that hash) is dropped from the index."""
+        junk = [member for member, _ in pairs if self.ctx.shard(member) != shard]
+        if not junk:
+            return pairs
+        log.warning("dropping %d entries of %s that name no node of its shard (first: %r)",
+                    len(junk), self.index, junk[0][:200])
+        self.ctx.defer("ZREM", getattr(self.ctx.schema.shard_keys(shard), self.index), *junk)
+        return [(member, score) for member, score in pairs if member not in junk]
 
     def take(self, need_bytes: int, limit: int, now_ms: int) -> list[tuple[str, float]]:
         """The oldest evictable leaves, enough for need_bytes, at most limit; stops early
@@ -261,7 +301,8 @@ class Evictor:
         for candidates in passes:
             chosen = candidates.take(need_bytes, limit, now_ms)
             if chosen:
-                evicted = self._evict(chosen, "leaf", candidates.soft, candidates, report)
+                evicted = self._evict(chosen, "leaf", candidates.soft, candidates, report,
+                                      need_bytes)
                 if evicted:
                     return evicted
         if self.ctx.settings.allow_path_breaking_eviction:
@@ -270,17 +311,24 @@ class Evictor:
         return 0
 
     def _evict(self, chosen: list[tuple[str, float]], mode: str, soft: bool,
-               candidates: Candidates | None, report: EvictionReport) -> int:
-        calls = self.ctx.calls("evict", "1" if soft else "0", self.ctx.settings.soft_pin_ttl_ms)
+               candidates: Candidates | None, report: EvictionReport,
+               need_bytes: int = 0) -> int:
+        """One evict call per shard for the chosen nodes, then the cascade. In mode leaf a
+        call unlinks its leaves from the parents the refill found in their shard (declared
+        in the call), and the cascade's calls (the same script, one per shard and level)
+        unlink the others; either evicts a parent left a leaf scored no later than this
+        round's latest choice, within the bytes the round still needs (split between the
+        calls)."""
+        ctx = self.ctx
+        round_ = _Round(candidates, soft, need_bytes, chosen)
+        calls = round_.calls(ctx, {ctx.shard(prefix_hash) for prefix_hash, _ in chosen})
         for prefix_hash, seen in chosen:
-            call = calls.add(self.ctx.shard(prefix_hash), prefix_hash)
-            call.item(call.node(prefix_hash), prefix_hash, _score_arg(seen), mode)
-        batch = self.ctx.batch()
-        calls.queue(batch)
-        results = batch.execute()
-        raise_first_error(results)
+            call = calls.add(ctx.shard(prefix_hash), prefix_hash)
+            parent = "" if candidates is None else candidates.parent(prefix_hash)
+            call.item(call.node(prefix_hash), prefix_hash, _score_arg(seen), mode, parent,
+                      call.node(parent) if parent else "")
+        results = self._send(calls)
         evicted = 0
-        intents: list[Intent] = []
         for prefix_hash, outcome in calls.per_item(results, part=0):
             if outcome.startswith("E"):
                 count, size = outcome[1:].split(":")
@@ -293,19 +341,59 @@ class Evictor:
                 score = float(outcome[1:])
                 if math.isfinite(score):
                     candidates.push(prefix_hash, score)
-        for _, reply in calls.replies(results):
-            intents += triples(reply[1])
-
-        def on_new_leaf(leaf: NewLeaf) -> None:
-            prefix_hash, score, size, soft = leaf
-            index = "soft_leaves" if soft else "leaves"
-            if math.isfinite(score):
-                for candidates in self._passes:
-                    if candidates.index == index:
-                        candidates.push(prefix_hash, score, size)
-
-        cascade(self.ctx, intents, on_new_leaf)
+        if mode != "leaf":
+            cascade(ctx, self._intents(calls, results, round_, report), self._on_new_leaf)
+            return evicted
+        level = self._intents(calls, results, round_, report)
+        depth = 0
+        while level:
+            depth += 1
+            if depth > ctx.settings.max_depth:
+                raise MooncakeRedisError(f"cascade deeper than max_depth={ctx.settings.max_depth}; "
+                                         "the resolver finishes it from the outbox")
+            calls = round_.calls(ctx, {ctx.shard(parent) for parent, _, _ in level})
+            for parent, child, epoch in level:
+                call = calls.add(ctx.shard(parent), parent)
+                call.item(call.node(parent), parent, epoch, "unlink", child, "")
+            results = self._send(calls)
+            clear_outbox(ctx, level)
+            before = report.objects
+            level = self._intents(calls, results, round_, report)
+            evicted += report.objects - before
         return evicted
+
+    def _send(self, calls: ShardCalls[str]) -> list[Any]:
+        batch = self.ctx.batch()
+        calls.queue(batch)
+        results = batch.execute()
+        raise_first_error(results)
+        return results
+
+    def _intents(self, calls: ShardCalls[str], results: list[Any], round_: _Round,
+                 report: EvictionReport) -> list[Intent]:
+        """What the calls' replies carry besides the items' outcomes: the parents evicted
+        inside (counted), the new leaves (on the heaps) and the unlinks to run elsewhere
+        (returned)."""
+        intents: list[Intent] = []
+        for _, (_, intents_flat, leaves_flat, inside) in calls.replies(results):
+            intents += triples(intents_flat)
+            for leaf in new_leaves(leaves_flat):
+                self._on_new_leaf(leaf)
+            leaves, objects, size = (int(x) for x in inside)
+            report.leaves += leaves
+            report.objects += objects
+            report.bytes += size
+            round_.need_bytes -= size
+        return intents
+
+    def _on_new_leaf(self, leaf: NewLeaf) -> None:
+        """A parent became a leaf: it goes on its index's heaps with its own score."""
+        prefix_hash, score, size, soft = leaf
+        index = "soft_leaves" if soft else "leaves"
+        if math.isfinite(score):
+            for candidates in self._passes:
+                if candidates.index == index:
+                    candidates.push(prefix_hash, score, size)
 
     def _interior_nodes(self, now_ms: int) -> list[tuple[str, float]]:
         """Path-breaking eviction's candidates: interior nodes whose objects are all
@@ -348,6 +436,28 @@ class Evictor:
 
     def _lock(self, token: str, operation: str) -> bool:
         return eviction_lock(self.ctx, operation, token)
+
+
+class _Round:
+    """What the evict calls of one round share: the pass, its cutoff and the bytes the
+    round may still free inside the calls."""
+
+    def __init__(self, candidates: Candidates | None, soft: bool, need_bytes: int,
+                 chosen: list[tuple[str, float]]):
+        self.candidates = candidates
+        self.soft = soft
+        self.cutoff = int(max((seen for _, seen in chosen if math.isfinite(seen)), default=0))
+        planned = 0 if candidates is None else sum(candidates.size(h) for h, _ in chosen)
+        self.need_bytes = need_bytes - planned
+        """Bytes beyond the chosen leaves' that parents evicted inside the calls may free."""
+
+    def calls(self, ctx: Context, shards: set[str]) -> ShardCalls[str]:
+        index = "" if self.candidates is None else self.candidates.index
+        allowance = max(0, self.need_bytes) // max(1, len(shards))
+        script, header = ctx.scripts["evict"], ctx.header()
+        return ShardCalls(lambda shard: ShardCall(
+            script, ctx.schema, shard, header, "1" if self.soft else "0",
+            ctx.settings.soft_pin_ttl_ms, index, self.cutoff, allowance))
 
 
 def _score_arg(score: float) -> str:

@@ -107,7 +107,7 @@ def cascade(ctx: Context, intents: Iterable[Intent],
             add_unlink(unlinks, ctx, parent, child, epoch)
         next_level: list[Intent] = []
         removed += _run_unlinks(ctx, unlinks, on_new_leaf, next_level)
-        _clear_outbox(ctx, level)
+        clear_outbox(ctx, level)
         level = next_level
     return removed
 
@@ -129,7 +129,7 @@ def _run_unlinks(ctx: Context, unlinks: ShardCalls[Any],
     return removed
 
 
-def _clear_outbox(ctx: Context, done: Iterable[Intent]) -> None:
+def clear_outbox(ctx: Context, done: Iterable[Intent]) -> None:
     members: dict[str, list[str]] = defaultdict(list)
     for parent, child, epoch in done:
         members[ctx.shard(child)].append(outbox_member(child, parent, epoch))

@@ -87,7 +87,11 @@ class Settings:
     """Eviction rounds one job runs before it hands over to a follow-up job."""
 
     leaves_per_round: int = 64
-    """Leaves one eviction round takes at most (smaller: closer to an exact LRU order)."""
+    """Leaves one eviction round takes from the heap at most (smaller: closer to an exact
+    LRU order, but fewer leaves a script call; parents that the round leaves as leaves no
+    younger than its choice go in the same round). 64 is what docs/SIMULATION.md chose on
+    the trace; 1024 (64 leaves a call at 16 shards) halves the Redis CPU per evicted
+    object (docs/BENCHMARKS.md section 11) for a coarser order."""
 
     max_depth: int = 100_000
     """Bound on every walk up or down the tree (cycle checks, cascades, subtree reads)."""

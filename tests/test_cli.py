@@ -218,13 +218,14 @@ def test_config_set_stores_settings_and_refuses_what_would_strand_data(
 # -- evict, worker, monitor --------------------------------------------------------------
 
 
-def fill(index: Index, pages: int, size: int = 10) -> None:
+def fill(index: Index, pages: int, size: int = 10, chain: bool = True) -> None:
+    """A chain of pages (or, chain=False, pages without parents)."""
     parent = None
     for number in range(pages):
         prefix_hash = page(f"fill-{number}")
         index.put_start(f"{prefix_hash}_0_k", size, parent_block_hash=parent)
         index.put_end(f"{prefix_hash}_0_k")
-        parent = prefix_hash
+        parent = prefix_hash if chain else None
 
 
 def test_evict_reports_and_exits_1_when_it_could_not_run(
@@ -247,11 +248,12 @@ def test_evict_reports_and_exits_1_when_it_could_not_run(
 
 def test_evict_in_the_foreground_goes_on_past_max_rounds_per_job_and_says_why_it_stopped(
         redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """A chain of 20 pages takes 20 rounds (one leaf each time); the namespace's job limit
-    is 2 rounds. Without --rounds evict goes on to the target; with it, it says what to do."""
+    """20 pages without parents take 20 rounds (one leaf each time; a chain would drain in
+    one); the namespace's job limit is 2 rounds. Without --rounds evict goes on to the
+    target; with it, it says what to do."""
     index = Index.from_url(redis_url, namespace="fg", capacity_bytes=1 << 20,
                            max_rounds_per_job=2, leaves_per_round=1)
-    fill(index, 20, size=100)
+    fill(index, 20, size=100, chain=False)
     common = ["--url", redis_url, "--namespace", "fg", "evict", "--quiet", "--target", "0"]
     assert main([*common, "--rounds", "3"]) == 1
     captured = capsys.readouterr()

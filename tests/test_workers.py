@@ -118,9 +118,10 @@ def test_a_worker_process_reads_the_index_url_from_its_own_environment(
 
 
 @pytest.mark.usefixtures("worker_environment")
-def test_a_chain_drains_over_follow_up_jobs(redis_url: str, queue_url: str) -> None:
-    index = Index.from_url(redis_url, namespace="drain", max_rounds_per_job=4)
-    chain(index, 32)  # one leaf per round on a chain: 4 pages per job
+def test_leaves_drain_over_follow_up_jobs(redis_url: str, queue_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="drain", max_rounds_per_job=4,
+                           leaves_per_round=1)
+    roots(index, 32)  # one leaf per round: 4 pages per job (a chain drains in one round)
     assert request_eviction(index.ctx, target_ratio=0)
     run_worker(queue_url, burst=True, logging_level="WARNING")
     assert index.usage().objects == 0 and index.usage().nodes == 0
@@ -243,7 +244,7 @@ def test_a_killed_worker_leaves_the_lock_to_expire_and_the_next_job_finishes(
     lock_ttl_ms = 600_000
     index = Index.from_url(redis_url, namespace="killed", eviction_lock_ttl_ms=lock_ttl_ms,
                            leaves_per_round=1)
-    chain(index, 20)
+    roots(index, 20)  # one leaf per round (a chain would drain in one)
     environment = {k: v for k, v in os.environ.items() if not k.startswith("MOONCAKE_")}
     worker = subprocess.Popen([sys.executable, "-c", KILLED_WORKER], stdout=subprocess.PIPE,
                               text=True, env={**environment, ENV_URL: redis_url})
@@ -272,8 +273,9 @@ def test_the_in_process_queue_runs_jobs_and_follow_ups_with_a_simple_worker(
     index_url, queue_url = f"memory://workers-{number}", f"memory://queue-{number}"
     monkeypatch.setenv(ENV_URL, index_url)  # jobs run in this process and read it here
     monkeypatch.setenv(ENV_QUEUE_URL, queue_url)
-    index = Index.from_url(index_url, namespace="inproc", max_rounds_per_job=8)
-    chain(index, 24)
+    index = Index.from_url(index_url, namespace="inproc", max_rounds_per_job=8,
+                           leaves_per_round=1)
+    roots(index, 24)
     assert request_eviction(index.ctx, target_ratio=0)
     run_worker(queue_url, burst=True, logging_level="WARNING")
     assert index.usage().objects == 0
