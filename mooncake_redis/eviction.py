@@ -30,7 +30,7 @@ from typing import Any
 
 from .admission import eviction_lock, rebalance, take_eviction_lock, used_bytes
 from .context import Context
-from .errors import InvalidArgument
+from .errors import InvalidArgument, MooncakeRedisError
 from .executor import raise_first_error, score_pairs
 from .links import (
     Intent,
