@@ -86,12 +86,12 @@ class Settings:
     max_rounds_per_job: int = 16
     """Eviction rounds one job runs before it hands over to a follow-up job."""
 
-    leaves_per_round: int = 64
+    leaves_per_round: int = 1024
     """Leaves one eviction round takes from the heap at most (smaller: closer to an exact
     LRU order, but fewer leaves a script call; parents that the round leaves as leaves no
-    younger than its choice go in the same round). 64 is what docs/SIMULATION.md chose on
-    the trace; 1024 (64 leaves a call at 16 shards) halves the Redis CPU per evicted
-    object (docs/BENCHMARKS.md section 11) for a coarser order."""
+    younger than its choice go in the same round). 1024 puts about 64 leaves in a call at
+    16 shards, half the Redis CPU per evicted object of 64 (docs/BENCHMARKS.md section
+    11), for 0.2 points of usable hit rate on the trace (docs/SIMULATION.md)."""
 
     max_depth: int = 100_000
     """Bound on every walk up or down the tree (cycle checks, cascades, subtree reads)."""
