@@ -22,7 +22,7 @@ def change_settings(ctx: Context, changes: Mapping[str, Any]) -> Settings:
             f"{', '.join(options)}: a client option of this process, not a namespace setting; "
             "pass it to Index(...) or Index.from_url(...) instead")
     values = {name: coerce(name, value) for name, value in changes.items()}
-    _refuse(ctx, values)
+    _refuse(ctx, values, ctx.reload_settings())
     settings = ctx.store_settings(values)
     _after(ctx, values)
     return settings
@@ -35,7 +35,7 @@ def reset_settings(ctx: Context, names: Iterable[str]) -> Settings:
     values = {name: getattr(defaults, coerce_name(name)) for name in names}
     if "shard_count" in values:
         raise ConfigurationError(FIXED_SHARD_COUNT)
-    ctx.reload_settings()
+    current = ctx.reload_settings()
     unknown = [name for name in values
                if name in STRUCTURAL_SETTINGS and name in ctx.unreadable_settings]
     if unknown and holds_nodes(ctx.client, ctx.schema):
@@ -43,8 +43,8 @@ def reset_settings(ctx: Context, names: Iterable[str]) -> Settings:
             f"refusing to reset {', '.join(unknown)} on namespace {ctx.schema.namespace!r}, "
             "which holds nodes: the stored value cannot be read, so the default may not be "
             "the rule its nodes were written with; `config set` the namespace's real value")
-    _refuse(ctx, values)
-    check_settings(replace(ctx.reload_settings(), **values))
+    _refuse(ctx, values, current)
+    check_settings(replace(current, **values))
     if values:
         ctx.client.hdel(ctx.schema.settings, *values)
     settings = ctx.reload_settings()
@@ -67,14 +67,14 @@ FIXED_SHARD_COUNT = (
     "give Index(..., shard_count=N) to a namespace that does not exist yet")
 
 
-def _refuse(ctx: Context, values: Mapping[str, Any]) -> None:
-    if "shard_count" in values and values["shard_count"] != ctx.reload_settings().shard_count:
+def _refuse(ctx: Context, values: Mapping[str, Any], current: Settings) -> None:
+    """Refuse what would strand data, given the settings and segments just re-read."""
+    if "shard_count" in values and values["shard_count"] != current.shard_count:
         raise ConfigurationError(FIXED_SHARD_COUNT)
-    if "capacity_bytes" in values and ctx.reload_settings() and ctx.segments:
+    if "capacity_bytes" in values and ctx.segments:
         raise ConfigurationError(
             "capacity_bytes: the namespace's capacity is the sum of its mounted segments "
             f"({', '.join(sorted(ctx.segments))}); mount, remount or unmount segments instead")
-    current = ctx.reload_settings()
     mending = set(ctx.unreadable_settings)  # a value nobody could read decides nothing yet:
     # writing the one the namespace really has must not be refused as a change
     refuse_stranding(ctx.client, ctx.schema, current,
