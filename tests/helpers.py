@@ -7,11 +7,22 @@ from typing import Any
 
 from mooncake_redis import Index
 from mooncake_redis.fsck import check
+from mooncake_redis.prefix import NEW_SHARD_COUNT, shard_of
 
 BOOKKEEPING = ("fences", "events")
 """Per-shard keys a refused call may still touch: a fence records that a link attempt was
 made and refuses older epochs (it expires after link_epoch_horizon_ms); the events stream
 only ever grows. Neither is data."""
+
+
+def default_shard(prefix_hash: str) -> str:
+    """The hash's shard in a namespace created with the default shard count (the tests')."""
+    return shard_of(prefix_hash, NEW_SHARD_COUNT)
+
+
+def other_shard(prefix_hash: str) -> str:
+    """A shard tag other than the hash's own, in such a namespace."""
+    return "00" if default_shard(prefix_hash) != "00" else "01"
 
 
 def page(name: object) -> str:

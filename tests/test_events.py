@@ -16,13 +16,12 @@ from pathlib import Path
 import pytest
 from clock import wait_until
 from conftest import IndexFactory
-from helpers import page
+from helpers import default_shard, page
 
 from mooncake_redis import Index
 from mooncake_redis.cli import main
 from mooncake_redis.errors import EventsLost, InvalidArgument
 from mooncake_redis.events import Event
-from mooncake_redis.prefix import NEW_SHARD_COUNT, shard_of
 
 CONSUMER = Path(__file__).with_name("events_consumer.py")
 
@@ -30,7 +29,7 @@ CONSUMER = Path(__file__).with_name("events_consumer.py")
 def pages_in_shard(shard: str, how_many: int) -> list[str]:
     """Page hashes whose node lives in the given shard."""
     found = (page(n) for n in itertools.count())
-    return list(itertools.islice((h for h in found if shard_of(h, NEW_SHARD_COUNT) == shard),
+    return list(itertools.islice((h for h in found if default_shard(h) == shard),
                                  how_many))
 
 

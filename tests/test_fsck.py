@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from helpers import page
+from helpers import other_shard, page
 
 from mooncake_redis import Index
 from mooncake_redis.fsck import check
 from mooncake_redis.links import add_link
-from mooncake_redis.prefix import NEW_SHARD_COUNT, shard_of
 
 A, B, C, GONE = page("A"), page("B"), page("C"), page("gone")
 
@@ -62,12 +61,6 @@ def test_fsck_finds_and_repairs_in_one_run(index: Index, kind: str) -> None:
     assert after.clean, after.problems
 
 
-def elsewhere(prefix_hash: str) -> str:
-    """A shard tag other than the hash's own (in the tests' namespaces, created with the
-    default count)."""
-    return "00" if shard_of(prefix_hash, NEW_SHARD_COUNT) != "00" else "01"
-
-
 def plant_node(ix: Index, key: str, fields: dict[str, object]) -> None:
     ix.client.hset(key, mapping=fields)
 
@@ -95,9 +88,9 @@ PLANTED: dict[str, tuple[str, Plant]] = {
        for name in ("stats", "leaves", "soft_leaves", "pending", "fences", "outbox", "events")},
     # a node hash under another shard's tag: no client can reach it
     "a node under another shard's tag": ("node_misplaced", lambda ix: plant_node(
-        ix, f"{ix.namespace}:{{{elsewhere(D)}}}:n:{D}", {"o:_0_k": "1c,10,0,0,tok", "no": 1})),
+        ix, f"{ix.namespace}:{{{other_shard(D)}}}:n:{D}", {"o:_0_k": "1c,10,0,0,tok", "no": 1})),
     "a copy of a node under another shard's tag": ("node_misplaced", lambda ix: plant_node(
-        ix, f"{ix.namespace}:{{{elsewhere(C)}}}:n:{C}", ix.client.hgetall(node(ix, C)))),
+        ix, f"{ix.namespace}:{{{other_shard(C)}}}:n:{C}", ix.client.hgetall(node(ix, C)))),
     # object values no version writes
     "a 400-digit object size": ("object_value", lambda ix: ix.client.hset(
         node(ix, C), "o:_1_k", f"1c,{'9' * 400},0,0,tok")),
@@ -145,7 +138,7 @@ PLANTED: dict[str, tuple[str, Plant]] = {
         "link_entry", lambda ix: ix.client.zadd(shard(ix, A).pending, {"junk": 0})),
     "an unlink intent in another shard's outbox": (
         "link_entry", lambda ix: ix.client.zadd(
-            f"{ix.namespace}:{{{elsewhere(C)}}}:outbox", {f"{C}|{B}|5": 0})),
+            f"{ix.namespace}:{{{other_shard(C)}}}:outbox", {f"{C}|{B}|5": 0})),
 }
 
 

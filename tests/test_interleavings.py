@@ -8,17 +8,12 @@ import os
 import threading
 
 import pytest
-from helpers import page
+from helpers import default_shard, page
 from interleaving import Explorer, Scenario
 
 from mooncake_redis import Index, NoSpace
 from mooncake_redis.admission import read_shards, rebalance
-from mooncake_redis.prefix import NEW_SHARD_COUNT, shard_names, shard_of
-
-
-def shard(prefix_hash: str) -> str:
-    """The hash's shard in the scenarios' namespaces (created with the default count)."""
-    return shard_of(prefix_hash, NEW_SHARD_COUNT)
+from mooncake_redis.prefix import shard_names, shard_of
 
 
 def distinct_shards(*names: str) -> list[str]:
@@ -27,7 +22,8 @@ def distinct_shards(*names: str) -> list[str]:
     hashes: list[str] = []
     for name in names:
         candidates = (page(name if i == 0 else f"{name}{i}") for i in range(1000))
-        hashes.append(next(h for h in candidates if shard(h) not in map(shard, hashes)))
+        taken = {default_shard(h) for h in hashes}
+        hashes.append(next(h for h in candidates if default_shard(h) not in taken))
     return hashes
 
 
@@ -37,8 +33,8 @@ job, three writers); scripts/check_interleavings.sh runs them deeper."""
 
 A, B, C, D, P, Q = distinct_shards("A", "B", "C", "D", "P", "Q")
 X, Y, Z = [h for h in (page(f"same-{i}") for i in range(1000))
-           if shard(h) == shard(page("same-0"))][:3]  # three pages of one shard
-SHARDS = [shard(h) for h in (A, B, C, D, P, Q, X)]
+           if default_shard(h) == default_shard(page("same-0"))][:3]  # three pages of one shard
+SHARDS = [default_shard(h) for h in (A, B, C, D, P, Q, X)]
 
 
 def put(prefix_hash: str, parent: str | None = None, rank: int = 0, end: bool = True):

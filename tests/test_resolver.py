@@ -5,29 +5,19 @@ bounded in time as well as in entries."""
 from __future__ import annotations
 
 import pytest
-from helpers import assert_consistent, build_small_tree, page
+from helpers import assert_consistent, build_small_tree, default_shard, other_shard, page
 
 from mooncake_redis import Index
 from mooncake_redis.links import outbox_member, pending_member, resolve
-from mooncake_redis.prefix import NEW_SHARD_COUNT, shard_of
 
 A, B = page("resolver-a"), page("resolver-b")
-
-
-def shard(prefix_hash: str) -> str:
-    """The hash's shard in the tests' namespaces (created with the default count)."""
-    return shard_of(prefix_hash, NEW_SHARD_COUNT)
-
-
-def other_shard(prefix_hash: str) -> str:
-    return "00" if shard(prefix_hash) != "00" else "01"
 
 
 def planted(index: Index) -> dict[str, list[str]]:
     """Entries that cannot stand for a link where they are: key -> members."""
     schema = index.ctx.schema
     non_hex = "not-a-digest"
-    here = schema.shard_keys(shard(A))
+    here = schema.shard_keys(default_shard(A))
     return {
         # well-formed, in another shard's set than its owner's (the child of an unlink
         # intent, the parent of a pending link)
@@ -61,7 +51,7 @@ def test_a_pending_epoch_past_any_clock_never_reaches_a_node(index: Index) -> No
     """A 400-digit epoch is inf to Lua: kept, it would set the child's pe to inf."""
     index.put_start(f"{A}_0_k", 1)
     index.put_start(f"{B}_0_k", 1, parent_block_hash=A)
-    key = index.ctx.schema.shard_keys(shard(A)).pending
+    key = index.ctx.schema.shard_keys(default_shard(A)).pending
     index.client.zadd(key, {pending_member(A, B, "9" * 400): 1})
     report = resolve(index.ctx, grace_ms=0, budget=200)
     assert report.malformed == 1
@@ -77,7 +67,7 @@ def test_every_run_is_bounded_in_time(index: Index, backend: str) -> None:
     index.put_start(f"{A}_0_k", 1)
     links = {pending_member(A, page(f"never-{i}"), 10 + i): 1
              for i in range(3 * 64)}  # more than one pass reads from one shard
-    index.client.zadd(index.ctx.schema.shard_keys(shard(A)).pending, links)
+    index.client.zadd(index.ctx.schema.shard_keys(default_shard(A)).pending, links)
     first = resolve(index.ctx, grace_ms=0, time_limit_s=0)
     assert first.unfinished and 0 < first.dropped < len(links), first
     second = resolve(index.ctx, grace_ms=0)
