@@ -153,11 +153,22 @@ class ShardCalls(Generic[T]):
 
     def add(self, shard: str, tag: T) -> ShardCall:
         """The shard's call, with `tag` noted for the item the caller adds to it next."""
+        call = self._call(shard)
+        self._tags[shard].append(tag)
+        return call
+
+    def add_all(self, shard: str, tags: list[T]) -> ShardCall:
+        """The shard's call, with `tags` noted for the item the caller adds next, which
+        has one reply per tag (scripts that answer per part of an item)."""
+        call = self._call(shard)
+        self._tags[shard] += tags
+        return call
+
+    def _call(self, shard: str) -> ShardCall:
         call = self._calls.get(shard)
         if call is None:
             call = self._calls[shard] = self._make(shard)
             self._tags[shard] = []
-        self._tags[shard].append(tag)
         return call
 
     def queue(self, batch: Batch, read_only: bool = False) -> None:
