@@ -5,6 +5,7 @@ built on it answer the same with it and without it; fakeredis keeps parse_respon
 
 from __future__ import annotations
 
+import multiprocessing
 from typing import Any
 
 import pytest
@@ -150,3 +151,65 @@ def test_a_batch_get_naming_a_node_twice_leases_every_object_once(make_index: An
     assert index.client.zscore(leaves, a) == max(infos[0].lease_ms, infos[2].lease_ms)
     assert index.batch_is_exist([keys[0], keys[1], keys[0], f"{a}_9_v"]) == [True, True, True,
                                                                             False]
+
+
+def client_id(client: redis.Redis) -> int:
+    """The server's id of the connection the executor's pipelines use now."""
+    (reply,) = executor.Pipeline.start(client, [("CLIENT", "ID")]).finish()
+    return int(reply)
+
+
+def test_pipelines_keep_their_connection_instead_of_the_pools_round_trip(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = context(redis_url, 2)
+    node = ctx.schema.node(page("lean-kept"))
+    taken = []
+    pool = ctx.client.connection_pool
+    real_get = pool.get_connection
+    monkeypatch.setattr(pool, "get_connection", lambda: taken.append(1) or real_get())
+    for _ in range(5):
+        assert ctx.reads([("EXISTS", node)]) == [0]
+    assert len(taken) == 1 and client_id(ctx.client) == client_id(ctx.client)
+
+
+def test_a_kept_connection_the_server_closed_is_replaced_before_a_write_is_sent(
+        redis_url: str) -> None:
+    """`delete` may not be sent twice (not retry-safe): sent on a connection the server
+    had closed, its reply would be lost and the outcome unknown; the check before use
+    reconnects first, so the removal runs once and is answered."""
+    index = Index.from_url(redis_url, namespace="lean-closed")
+    key = f"{page('lean-closed')}_0_k"
+    index.put_start(key, 10)
+    index.put_end(key)
+    before = client_id(index.client)
+    killer = redis.Redis.from_url(redis_url)
+    assert killer.client_kill_filter(_id=before) == 1
+    index.remove(key, force=True)
+    assert index.batch_is_exist([key]) == [False]
+    assert client_id(index.client) != before
+
+
+PARENT_CTX: Context
+"""The parent's context, which a forked child inherits with its kept connection."""
+
+
+def _reads_in_a_child(node: str, answers: Any) -> None:
+    answers.put((client_id(PARENT_CTX.client), PARENT_CTX.reads([("HMGET", node, "no")])))
+
+
+def test_a_forked_child_never_uses_its_parents_kept_connection(redis_url: str) -> None:
+    global PARENT_CTX
+    PARENT_CTX = context(redis_url, 2)
+    node = PARENT_CTX.schema.node(page("lean-fork"))
+    PARENT_CTX.client.hset(node, "no", "3")
+    assert PARENT_CTX.reads([("HMGET", node, "no")]) == [["3"]]
+    parents = client_id(PARENT_CTX.client)
+    fork = multiprocessing.get_context("fork")
+    answers = fork.Queue()
+    child = fork.Process(target=_reads_in_a_child, args=(node, answers))
+    child.start()
+    childs, replies = answers.get(timeout=60)
+    child.join(60)
+    assert child.exitcode == 0 and replies == [["3"]] and childs != parents
+    assert client_id(PARENT_CTX.client) == parents  # the parent's is untouched
+    assert PARENT_CTX.reads([("HMGET", node, "no")]) == [["3"]]
