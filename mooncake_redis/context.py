@@ -18,7 +18,7 @@ from redis.cluster import RedisCluster
 
 from .connection import is_in_process
 from .errors import ConfigurationError, InvalidArgument, StoreFull
-from .executor import Batch, Executor, Policy
+from .executor import KEYLESS_COMMANDS, Batch, Executor, Policy
 from .keys import KeySchema
 from .prefix import LEGACY_SHARD_COUNT, NEW_SHARD_COUNT, extractor_named, split_key
 from .scripts import Scripts, ShardCall, ShardCalls
@@ -328,10 +328,14 @@ class Context:
 
     def read(self, *command: Any) -> Any:
         """One read-only command through the executor (re-sent if its reply is lost, like
-        every read; redis-py's own calls would raise ConnectionError instead)."""
-        batch = self.executor.batch()
-        batch.command(*command)
-        reply = batch.execute()[0]
+        every read; redis-py's own calls would raise ConnectionError instead): a keyed
+        one (NAME upper case, then the key) as the lean reads go, TIME through a batch."""
+        if command[0] in KEYLESS_COMMANDS:
+            batch = self.executor.batch()
+            batch.command(*command)
+            (reply,) = batch.execute()
+        else:
+            (reply,) = self.executor.reads([command])
         if isinstance(reply, Exception):
             raise reply
         return reply
