@@ -77,7 +77,8 @@ def node_runs(targets: Sequence[Target]) -> list[tuple[str, list[int], list[str]
     for position, (_, prefix_hash, suffix) in enumerate(targets):
         if prefix_hash != current:
             current = prefix_hash
-            positions, suffixes = [], []
+            positions: list[int] = []
+            suffixes: list[str] = []
             runs.append((prefix_hash, positions, suffixes))
         positions.append(position)
         suffixes.append(suffix)
