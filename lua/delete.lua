@@ -26,28 +26,29 @@ local results, rank = {}, {}  -- rank: node hash -> the run that first named it
 local gone, dead = {}, {}       -- the keys of the nodes deleted: a list (one DEL), a set
 local runs, interleaved, wrote = 0, false, false
 
--- Why the object at key (value unpacked) may not go in this mode, or nil.
-local function refusal(key, state, t, owner, token)
+-- Why the object of key hash .. suffix (its value unpacked) may not go in this mode, or
+-- nil (the key is only spelled out for a refusal).
+local function refusal(hash, suffix, state, t, owner, token)
   if mode == 'remove' then
     if state ~= 'c' then
-      return fail('INVALID_STATE', 'object ' .. key .. ' is processing; use put_revoke')
+      return fail('INVALID_STATE', 'object ' .. hash .. suffix .. ' is processing; use put_revoke')
     end
     if t > now() then
-      return fail('LEASED', 'object ' .. key .. ' is leased by a reader until ' .. num(t) ..
-        ' (Redis ms); retry after the lease or pass force=True')
+      return fail('LEASED', 'object ' .. hash .. suffix .. ' is leased by a reader until ' ..
+        num(t) .. ' (Redis ms); retry after the lease or pass force=True')
     end
   elseif mode == 'reclaim' then
     if state ~= 'p' or t + RELEASE_MS > now() then
-      return fail('INVALID_STATE', 'object ' .. key .. ' is not an unfinished put past '
+      return fail('INVALID_STATE', 'object ' .. hash .. suffix .. ' is not an unfinished put past '
         .. 'put_start_release_timeout_ms')
     end
   elseif mode == 'revoke' then
     if state ~= 'p' then
-      return fail('INVALID_STATE', 'object ' .. key .. ' is complete; put_revoke only '
+      return fail('INVALID_STATE', 'object ' .. hash .. suffix .. ' is complete; put_revoke only '
         .. 'abandons processing objects; use remove')
     end
     if owner ~= token then
-      return fail('INVALID_STATE', 'object ' .. key .. ' was started by another writer')
+      return fail('INVALID_STATE', 'object ' .. hash .. suffix .. ' was started by another writer')
     end
   end
   return nil
@@ -123,7 +124,7 @@ local function delete_run(first, last)
       results[#results + 1] = fail('NOT_FOUND', 'no object ' .. hash .. suffix)
     else
       local state, size, t, pins, owner, reps = unpack_object(value)
-      local why = refusal(hash .. suffix, state, t, owner, ARGV[a + 3])
+      local why = refusal(hash, suffix, state, t, owner, ARGV[a + 3])
       if why then
         results[#results + 1] = why
       else
