@@ -222,10 +222,11 @@ end
 -- @part deaths: needs stats
 
 -- What the deletion of nodes and breaking of links leave to write, collected and written
--- once per call by write_deaths() (finish()): leaf-index entries that go, fences, and the
--- unlinks recorded in the outbox and returned to the caller (intents: {parent, child,
--- epoch}), which runs them in the parent's shard.
+-- once per call by write_deaths() (finish()): the nodes' keys (one DEL), leaf-index
+-- entries that go, fences, and the unlinks recorded in the outbox and returned to the
+-- caller (intents: {parent, child, epoch}), which runs them in the parent's shard.
 local intents = {}
+local gone, dead = {}, {}  -- keys of the nodes deleted: a list and a set
 local zrem = {}  -- leaf index -> its members that go
 local fenced, outbox = {}, {}  -- ZADD arguments: score, member, ...
 
@@ -252,6 +253,20 @@ local function unlink_later(hash, parent, epoch)
   intents[#intents + 1] = {parent, hash, num(epoch)}
 end
 
+-- A node this call deletes, from its counters: set_ is its leaf index (nil: none), shell
+-- whether the stats count it as a shell, parent and epoch its link (nil: none).
+local function delete_node(key, hash, set_, shell, parent, epoch)
+  d_nodes = d_nodes - 1
+  if shell then d_shells = d_shells - 1 end
+  gone[#gone + 1] = key
+  dead[key] = true
+  drop_leaf(set_, hash)
+  if parent then
+    raise_fence(hash, epoch)
+    unlink_later(hash, parent, epoch)
+  end
+end
+
 -- A command with many arguments, sent in slices (Lua's unpack has a stack limit); nil key:
 -- the arguments are the keys (DEL). Returns the replies' sum.
 local function in_slices(command, key, args, extra)
@@ -270,6 +285,7 @@ local function in_slices(command, key, args, extra)
 end
 
 local function write_deaths()
+  if #gone > 0 then in_slices('DEL', nil, gone) end
   for set_, members in pairs(zrem) do in_slices('ZREM', set_, members) end
   if #outbox > 0 then in_slices('ZADD', OUTBOX, outbox) end
   if #fenced > 0 then
@@ -280,6 +296,14 @@ local function write_deaths()
     end
     d_fences = d_fences + in_slices('ZADD', FENCES, fenced, 'GT')
   end
+end
+
+-- Lean scripts work through the items of one node that come one after another (a run)
+-- and meet a node again after others' items only rarely; they keep records (intents, new
+-- leaves) in the order their nodes were first named, as finish() does: rank is hash ->
+-- the run that first named it, at the position of a record's hash.
+local function in_first_order(list, rank, at)
+  table.sort(list, function(x, y) return rank[x[at]] < rank[y[at]] end)
 end
 
 -- Flattens intents ({parent, child, epoch} ...) or new leaves for the reply.
@@ -457,12 +481,7 @@ local function finish()
     local n = nodes[i]
     if n.exists and (n.no or 0) == 0 and (n.nc or 0) == 0 then
       n.exists = false
-      d_nodes = d_nodes - 1
-      if n.p then
-        raise_fence(n.hash, n.pe or 0)
-        unlink_later(n.hash, n.p, n.pe or 0)
-      end
-      redis.call('DEL', n.key)
+      delete_node(n.key, n.hash, nil, false, n.p, n.pe or 0)  -- index and shells: below
       wrote = true
     elseif next(n.d) then
       if n.recompute_lm then

@@ -23,7 +23,6 @@ local kind = (mode == 'revoke' or mode == 'reclaim') and 'revoked' or 'removed'
 -- HMGET arguments: the counters, then the fields of the run's objects (12 on)
 local fields = {'p', 'pe', 'nc', 'no', 'np', 'ps', 'psn', 'nh', 'ns', 'b', 'lm'}
 local results, rank = {}, {}  -- rank: node hash -> the run that first named it
-local gone, dead = {}, {}       -- the keys of the nodes deleted: a list (one DEL), a set
 local runs, interleaved, wrote = 0, false, false
 
 -- Why the object of key hash .. suffix (its value unpacked) may not go in this mode, or
@@ -161,15 +160,7 @@ local function delete_run(first, last)
   local set0, score0 = nil, nil
   if exists then set0, score0 = leaf_score(no0, nc, nh0, ns0, lm0, np0, ps0) end
   if exists and no == 0 and (nc or 0) == 0 then
-    d_nodes = d_nodes - 1
-    if shell0 then d_shells = d_shells - 1 end
-    gone[#gone + 1] = key
-    dead[key] = true
-    drop_leaf(set0, hash)
-    if p then
-      raise_fence(hash, pe or 0)
-      unlink_later(hash, p, pe or 0)
-    end
+    delete_node(key, hash, set0, shell0, p, pe or 0)
     return
   end
   if rescan_ps or rescan_lm then
@@ -203,10 +194,7 @@ for a = 5, #ARGV, 4 do
     first = a + 4
   end
 end
-if #gone > 0 then in_slices('DEL', nil, gone) end
 write_deaths()
 write_stats(wrote)
-if interleaved then  -- the unlinks in the order their nodes were first named, as always
-  table.sort(intents, function(x, y) return rank[x[2]] < rank[y[2]] end)
-end
+if interleaved then in_first_order(intents, rank, 2) end
 return {results, flat(intents)}
