@@ -49,6 +49,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def counted(pid: int, out: Path, work: Callable[[], Any]) -> int:
+    """The instructions that process `pid`, running under callgrind with its output in
+    `out`.<pid>, ran during `work` (its counters zeroed before, dumped after)."""
+    def control(flag: str) -> None:
+        subprocess.run(["callgrind_control", flag, str(pid)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    control("-z")
+    work()
+    control("-d")
+    dumps = sorted(out.parent.glob(f"{out.name}.{pid}*"), key=lambda path: path.stat().st_mtime)
+    found = re.search(r"^(?:summary|totals): (\d+)", dumps[-1].read_text(), re.MULTILINE)
+    if found is None:
+        raise RuntimeError(f"no total in {dumps[-1]}")
+    return int(found.group(1))
+
+
 class CountedServer:
     """A redis-server under callgrind; `count(work)` is the instructions `work` made it run."""
 
@@ -69,20 +86,8 @@ class CountedServer:
                 time.sleep(0.1)
         raise RuntimeError("redis-server under valgrind did not start")
 
-    def _control(self, *args: str) -> None:
-        subprocess.run(["callgrind_control", *args, str(self.process.pid)], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
     def count(self, work: Callable[[], Any]) -> int:
-        self._control("-z")
-        work()
-        self._control("-d")
-        dumps = sorted(self.out.parent.glob(f"{self.out.name}.{self.process.pid}*"),
-                       key=lambda path: path.stat().st_mtime)
-        found = re.search(r"^(?:summary|totals): (\d+)", dumps[-1].read_text(), re.MULTILINE)
-        if found is None:
-            raise RuntimeError(f"no total in {dumps[-1]}")
-        return int(found.group(1))
+        return counted(self.process.pid, self.out, work)
 
     def close(self) -> None:
         self.process.terminate()
