@@ -117,15 +117,17 @@ class ShardCall:
         self.args: list[Any] = [*header, *script_args]
         self.items = 0
         self._node_index: dict[str, int] = {}
+        self._node_prefix = schema.node_prefix(shard)
 
     def node(self, prefix_hash: str) -> int:
         """KEYS index (1-based, as Lua counts) of the prefix's node key."""
         index = self._node_index.get(prefix_hash)
         if index is None:
-            if self.schema.shard(prefix_hash) != self.shard:
+            key = self.schema.node(prefix_hash)  # its shard computed once: the key names it
+            if not key.startswith(self._node_prefix):
                 raise CrossSlotCall(f"script {self.script.name} for shard {self.shard} got "
                                     f"node {prefix_hash} of shard {self.schema.shard(prefix_hash)}")
-            self.keys.append(self.schema.node(prefix_hash))
+            self.keys.append(key)
             index = self._node_index[prefix_hash] = len(self.keys)
         return index
 
