@@ -8,7 +8,8 @@ One redis-server under callgrind; per phase (the floor's register.lua, batch_put
 with parents, batch_put_end; 500 pages a call, 16 shards unless told) the counters are zeroed before
 and dumped after, and the phase's instructions divided by its pages. A phase's count
 includes everything the server does for it: reading the commands, the scripts and the
-commands they call, the replies. Two removal phases follow, counted per removed object
+commands they call, the replies. A get phase follows (batch_get of the same keys, a lease
+granted each: grant_lease), counted per object; then two removal phases, per removed object
 (batch_remove of whole pages, 500 pages a call, the cascade included): as many leaf
 pages, one under each page (each node dies and is unlinked from its parent, which
 stays: the common case), then the pages themselves, newest first (chains: a page whose
@@ -95,7 +96,7 @@ class CountedServer:
 
 
 def run(pages_count: int, parents: bool, shards: int = SHARDS) -> dict[str, float]:
-    """Instructions per page of each phase (remove: per object)."""
+    """Instructions per page of each phase (get and remove: per object)."""
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed")
     with tempfile.TemporaryDirectory(prefix="mooncake-callgrind-") as out_dir:
@@ -132,6 +133,8 @@ def run(pages_count: int, parents: bool, shards: int = SHARDS) -> dict[str, floa
                                        for group in groups]),
                 ("put_end", lambda: [checked(ours.batch_put_end([key for key, _, _ in group]))
                                      for group in groups]),
+                ("get", lambda: [checked(ours.batch_get([key for key, _, _ in group]))
+                                 for group in groups]),
                 ("", lambda: [store(group) for group in chunks(leaves, CALL_PAGES)]),
                 ("remove_leaves", lambda: [checked(ours.batch_remove(keys))
                                            for keys in leaf_keys]),
@@ -144,6 +147,7 @@ def run(pages_count: int, parents: bool, shards: int = SHARDS) -> dict[str, floa
                     counts[name] = server.count(work) / len(pages)
                 else:
                     work()
+            counts["get"] /= KEYS_PER_PAGE
             counts["remove_leaves"] /= KEYS_PER_PAGE
             counts["remove_pages"] /= KEYS_PER_PAGE
             ours.close()
@@ -167,6 +171,7 @@ def main() -> None:
           f"{', no parents' if args.no_parent else ''}): floor {counts['floor']:,.0f}, "
           f"put_start {counts['put_start']:,.0f}, put_end {counts['put_end']:,.0f}; "
           f"(put_start + put_end) / floor {counts['ratio']:.2f}; "
+          f"per object got (a lease each): get {counts['get']:,.0f}; "
           f"per removed object: remove_leaves {counts['remove_leaves']:,.0f}, "
           f"remove_pages {counts['remove_pages']:,.0f}")
 
