@@ -134,19 +134,29 @@ def is_digest(prefix_hash: str) -> bool:
     return _HEX64.fullmatch(prefix_hash) is not None
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def shard_of(prefix_hash: str, shard_count: int = LEGACY_SHARD_COUNT) -> str:
     """Two lowercase hex digits naming one of `shard_count` shards, from the hash's own
     first byte when it is a 64-hex digest (uniform already), else from the first byte of
     blake3(prefix_hash). With 256 shards that byte is the shard; with fewer, its top bits
     (16 shards: "00"-"0f", the hash's first hex digit)."""
-    if len(prefix_hash) == PREFIX_HASH_LENGTH and _HEX64.fullmatch(prefix_hash):
-        first = prefix_hash[:2]
-    else:
-        first = blake3.blake3(prefix_hash.encode()).hexdigest()[:2]
-    if shard_count == LEGACY_SHARD_COUNT:
-        return first
-    return f"{int(first, 16) * shard_count // LEGACY_SHARD_COUNT:02x}"
+    return shard_finder(shard_count)(prefix_hash)
+
+
+@functools.cache
+def shard_finder(shard_count: int) -> Callable[[str], str]:
+    """shard_of for one shard count, as a function of the hash alone with a cache keyed by
+    the hash itself (the write paths ask for a node's shard several times a call)."""
+    shards = {f"{byte:02x}": f"{byte * shard_count // LEGACY_SHARD_COUNT:02x}"
+              for byte in range(LEGACY_SHARD_COUNT)}
+
+    @functools.lru_cache(maxsize=1 << 16)
+    def shard(prefix_hash: str) -> str:
+        if len(prefix_hash) == PREFIX_HASH_LENGTH and prefix_hash.isascii() and \
+                not prefix_hash.encode("ascii").translate(None, _HEX_DIGITS):
+            return shards[prefix_hash[:2]]  # a digest (what _HEX64 matches): its first byte
+        return shards[blake3.blake3(prefix_hash.encode()).hexdigest()[:2]]
+
+    return shard
 
 
 def split_key(extractor: PrefixExtractor, key: str) -> tuple[str, str]:
