@@ -46,6 +46,8 @@ def check_flag(value: Any, what: str) -> bool:
 
 
 def check_unique(values: list[str], what: str) -> None:
+    if len(set(values)) == len(values):  # the usual batch, at once; else find the first twice
+        return
     seen: set[str] = set()
     for value in values:
         if value in seen:
