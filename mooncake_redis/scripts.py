@@ -151,13 +151,15 @@ class ShardCalls(Generic[T]):
     def __bool__(self) -> bool:
         return bool(self._calls)
 
-    def add(self, shard: str, tag: T) -> ShardCall:
-        """The shard's call, with `tag` noted for the item the caller adds to it next."""
+    def add(self, shard: str, *tags: T) -> ShardCall:
+        """The shard's call, with `tags` noted for the item the caller adds to it next
+        (one tag a reply: an item of several objects gets one a object)."""
         call = self._calls.get(shard)
         if call is None:
             call = self._calls[shard] = self._make(shard)
-            self._tags[shard] = []
-        self._tags[shard].append(tag)
+            self._tags[shard] = list(tags)
+        else:
+            self._tags[shard] += tags
         return call
 
     def queue(self, batch: Batch, read_only: bool = False) -> None:
