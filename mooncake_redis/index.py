@@ -177,7 +177,10 @@ class Index:
         parents: dict[str, str] = {}  # each parent (and each linked node) checked once a call
         linked: set[str] = set()
         for (key, size, parent, replicas), target in zip(items, targets or repeat(None)):
-            prefix_hash, suffix = self.ctx.split(key) if target is None else target[1:]
+            if target is None:
+                prefix_hash, suffix = self.ctx.split(key)
+            else:
+                _, prefix_hash, suffix = target
             if size.__class__ is not int or not 0 <= size <= max_size:
                 size = check_size(size, max_size)  # raises, or makes an int subclass an int
             if parent is not None and tree_on and not links_checked:

@@ -268,10 +268,12 @@ def _settle(ctx: Context, writes: Sequence[Write], sends: Sequence[_Sent]) -> No
     flags: dict[Link, str] = {}
     written_at: dict[Link, int] = {}
     for w in writes:
-        if w.parent and w.state and w.result is not None and w.result.error is None:
+        state = w.state
+        if state and w.parent and w.result is not None and w.result.error is None:
             link = (w.prefix_hash, w.parent)
-            flags[link] = "C" if "C" in (flags.get(link, ""), w.state) else "L"
-            written_at[link] = max(written_at.get(link, 0), w.epoch)
+            flags[link] = "C" if state == "C" or flags.get(link) == "C" else "L"
+            epoch = written_at.get(link, 0)
+            written_at[link] = w.epoch if w.epoch > epoch else epoch
     confirm: list[tuple[Link, int]] = []
     settle: list[tuple[Link, int]] = []
     for sent in sends:
