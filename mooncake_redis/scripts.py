@@ -117,6 +117,7 @@ class ShardCall:
         self.args: list[Any] = [*header, *script_args]
         self.items = 0
         self._node_index: dict[str, int] = {}
+        self._node_prefix = schema.node_prefix(shard)
 
     def node(self, prefix_hash: str) -> int:
         """KEYS index (1-based, as Lua counts) of the prefix's node key."""
@@ -125,7 +126,7 @@ class ShardCall:
             if self.schema.shard(prefix_hash) != self.shard:
                 raise CrossSlotCall(f"script {self.script.name} for shard {self.shard} got "
                                     f"node {prefix_hash} of shard {self.schema.shard(prefix_hash)}")
-            self.keys.append(self.schema.node(prefix_hash))
+            self.keys.append(self._node_prefix + prefix_hash)  # schema.node(prefix_hash)
             index = self._node_index[prefix_hash] = len(self.keys)
         return index
 
