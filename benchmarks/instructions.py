@@ -8,12 +8,18 @@ One redis-server under callgrind; per phase (the floor's register.lua, batch_put
 with parents, batch_put_end; 500 pages a call, 16 shards unless told) the counters are zeroed before
 and dumped after, and the phase's instructions divided by its pages. A phase's count
 includes everything the server does for it: reading the commands, the scripts and the
-commands they call, the replies.
+commands they call, the replies. A get phase follows (batch_get of the same keys, a lease
+granted each: grant_lease), counted per object; then two removal phases, per removed object
+(batch_remove of whole pages, 500 pages a call, the cascade included): as many leaf
+pages, one under each page (each node dies and is unlinked from its parent, which
+stays: the common case), then the pages themselves, newest first (chains: a page whose
+child went in the same call dies in the cascade's unlink).
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import re
 import shutil
 import socket
@@ -31,7 +37,7 @@ from mooncake_redis import Index
 from .common import chunks
 from .floor import FloorScripts
 from .registration import checked, pages_of
-from .trees import put_items
+from .trees import KEYS_PER_PAGE, page_keys, put_items, random_hash
 
 CALL_PAGES = 500
 SHARDS = 16
@@ -42,6 +48,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def counted(pid: int, out: Path, work: Callable[[], Any]) -> int:
+    """The instructions that process `pid`, running under callgrind with its output in
+    `out`.<pid>, ran during `work` (its counters zeroed before, dumped after)."""
+    def control(flag: str) -> None:
+        subprocess.run(["callgrind_control", flag, str(pid)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    control("-z")
+    work()
+    control("-d")
+    dumps = sorted(out.parent.glob(f"{out.name}.{pid}*"), key=lambda path: path.stat().st_mtime)
+    found = re.search(r"^(?:summary|totals): (\d+)", dumps[-1].read_text(), re.MULTILINE)
+    if found is None:
+        raise RuntimeError(f"no total in {dumps[-1]}")
+    return int(found.group(1))
 
 
 class CountedServer:
@@ -64,20 +87,8 @@ class CountedServer:
                 time.sleep(0.1)
         raise RuntimeError("redis-server under valgrind did not start")
 
-    def _control(self, *args: str) -> None:
-        subprocess.run(["callgrind_control", *args, str(self.process.pid)], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
     def count(self, work: Callable[[], Any]) -> int:
-        self._control("-z")
-        work()
-        self._control("-d")
-        dumps = sorted(self.out.parent.glob(f"{self.out.name}.{self.process.pid}*"),
-                       key=lambda path: path.stat().st_mtime)
-        found = re.search(r"^(?:summary|totals): (\d+)", dumps[-1].read_text(), re.MULTILINE)
-        if found is None:
-            raise RuntimeError(f"no total in {dumps[-1]}")
-        return int(found.group(1))
+        return counted(self.process.pid, self.out, work)
 
     def close(self) -> None:
         self.process.terminate()
@@ -85,7 +96,7 @@ class CountedServer:
 
 
 def run(pages_count: int, parents: bool, shards: int = SHARDS) -> dict[str, float]:
-    """Instructions per page of each phase."""
+    """Instructions per page of each phase (get and remove: per object)."""
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed")
     with tempfile.TemporaryDirectory(prefix="mooncake-callgrind-") as out_dir:
@@ -100,11 +111,21 @@ def run(pages_count: int, parents: bool, shards: int = SHARDS) -> dict[str, floa
             def items(group: Sequence[Any]) -> list[tuple[str, int, str | None]]:
                 return put_items(group if parents else [(page, None) for page, _ in group])
 
-            first = items(warm)
-            checked(ours.batch_put_start(first))
-            checked(ours.batch_put_end([key for key, _, _ in first]))
+            def store(group: Sequence[Any]) -> None:
+                stored = items(group)
+                checked(ours.batch_put_start(stored))
+                checked(ours.batch_put_end([key for key, _, _ in stored]))
+
+            def removals(group: Sequence[Any]) -> list[list[str]]:
+                return [[key for page, _ in part for key in page_keys(page)]
+                        for part in chunks(group, CALL_PAGES)]
+
+            store(warm)
             scripts.register(floor, warm)
             groups = [items(group) for group in chunks(pages, CALL_PAGES)]
+            rng = random.Random(11)
+            leaves = [(random_hash(rng), page) for page, _ in pages]
+            leaf_keys, page_keys_newest = removals(leaves), removals(pages[::-1])
             phases: list[tuple[str, Callable[[], Any]]] = [
                 ("floor", lambda: [scripts.register(floor, group)
                                    for group in chunks(pages, CALL_PAGES)]),
@@ -112,8 +133,23 @@ def run(pages_count: int, parents: bool, shards: int = SHARDS) -> dict[str, floa
                                        for group in groups]),
                 ("put_end", lambda: [checked(ours.batch_put_end([key for key, _, _ in group]))
                                      for group in groups]),
+                ("get", lambda: [checked(ours.batch_get([key for key, _, _ in group]))
+                                 for group in groups]),
+                ("", lambda: [store(group) for group in chunks(leaves, CALL_PAGES)]),
+                ("remove_leaves", lambda: [checked(ours.batch_remove(keys))
+                                           for keys in leaf_keys]),
+                ("remove_pages", lambda: [checked(ours.batch_remove(keys))
+                                          for keys in page_keys_newest]),
             ]
-            counts = {name: server.count(work) / len(pages) for name, work in phases}
+            counts = {}
+            for name, work in phases:  # '': setup, not counted
+                if name:
+                    counts[name] = server.count(work) / len(pages)
+                else:
+                    work()
+            counts["get"] /= KEYS_PER_PAGE
+            counts["remove_leaves"] /= KEYS_PER_PAGE
+            counts["remove_pages"] /= KEYS_PER_PAGE
             ours.close()
             floor.close()
         finally:
@@ -134,7 +170,10 @@ def main() -> None:
     print(f"instructions per page ({args.pages} pages, {args.shards} shards, {CALL_PAGES} a call"
           f"{', no parents' if args.no_parent else ''}): floor {counts['floor']:,.0f}, "
           f"put_start {counts['put_start']:,.0f}, put_end {counts['put_end']:,.0f}; "
-          f"(put_start + put_end) / floor {counts['ratio']:.2f}")
+          f"(put_start + put_end) / floor {counts['ratio']:.2f}; "
+          f"per object got (a lease each): get {counts['get']:,.0f}; "
+          f"per removed object: remove_leaves {counts['remove_leaves']:,.0f}, "
+          f"remove_pages {counts['remove_pages']:,.0f}")
 
 
 if __name__ == "__main__":

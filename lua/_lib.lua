@@ -164,9 +164,9 @@ local function is_child_field(f)
   return string.sub(f, 1, 2) == 'c:' or (#f == 64 and not string.find(f, '[^0-9a-f]'))
 end
 
--- @part nodes: needs core events leaves objects
+-- @part stats: needs core objects
 
--- The shard's stats: read when first needed, written once by finish().
+-- The shard's stats: read when first needed, written once by write_stats() (finish()).
 local stats_read = false
 local s_used, s_objects, s_nodes, s_writes, s_fences, s_limit, s_shells = 0, 0, 0, 0, 0, nil, 0
 local d_used, d_objects, d_nodes, d_fences, d_shells = 0, 0, 0, 0, 0
@@ -186,6 +186,137 @@ local function read_stats()
   end
 end
 
+-- The highest fence of a child, or nil (no read at all while the shard has no fence).
+local function fence_of(hash)
+  read_stats()
+  if s_fences + d_fences <= 0 then return nil end
+  return tonumber(redis.call('ZSCORE', FENCES, hash))
+end
+
+-- The stats' changes of this call, written once: whole when read (read_stats), else as
+-- increments; `wrote` says a node was written (the call counts as a write).
+local function write_stats(wrote)
+  for segment, delta in pairs(seg_delta) do
+    if delta ~= 0 then redis.call('HINCRBY', STATS, 'su:' .. segment, delta) end
+  end
+  if d_links ~= 0 then redis.call('HINCRBY', STATS, 'links', d_links) end
+  if not wrote and d_used == 0 and d_objects == 0 and d_nodes == 0 and d_fences == 0 and
+      d_shells == 0 then
+    return
+  end
+  if stats_read then
+    redis.call('HSET', STATS, 'used_bytes', num(s_used + d_used),
+      'objects', num(s_objects + d_objects), 'nodes', num(s_nodes + d_nodes),
+      'fences', num(s_fences + d_fences), 'shells', num(s_shells + d_shells),
+      'writes', num(s_writes + 1))
+    return
+  end
+  if d_used ~= 0 then redis.call('HINCRBY', STATS, 'used_bytes', d_used) end
+  if d_objects ~= 0 then redis.call('HINCRBY', STATS, 'objects', d_objects) end
+  if d_nodes ~= 0 then redis.call('HINCRBY', STATS, 'nodes', d_nodes) end
+  if d_fences ~= 0 then redis.call('HINCRBY', STATS, 'fences', d_fences) end
+  if d_shells ~= 0 then redis.call('HINCRBY', STATS, 'shells', d_shells) end
+  redis.call('HINCRBY', STATS, 'writes', 1)
+end
+
+-- @part deaths: needs stats
+
+-- What the deletion of nodes and breaking of links leave to write, collected and written
+-- once per call by write_deaths() (finish()): the nodes' keys (one DEL), leaf-index
+-- entries that go, fences, and the unlinks recorded in the outbox and returned to the
+-- caller (intents: {parent, child, epoch}), which runs them in the parent's shard.
+local intents = {}
+local gone, dead = {}, {}  -- keys of the nodes deleted: a list and a set
+local zrem = {}  -- leaf index -> its members that go
+local fenced, outbox = {}, {}  -- ZADD arguments: score, member, ...
+
+local function drop_leaf(set_, hash)
+  if set_ then
+    local list = zrem[set_]
+    if list then list[#list + 1] = hash else zrem[set_] = {hash} end
+  end
+end
+
+-- A fence makes step 2 of any link of this child with an epoch <= it refuse; it is only
+-- needed while such an epoch could still be accepted (within the horizon), and fences
+-- past the horizon are dropped when the call writes its own.
+local function raise_fence(hash, epoch)
+  if epoch < now() - EPOCH_HORIZON_MS then return end
+  fenced[#fenced + 1] = num(epoch)
+  fenced[#fenced + 1] = hash
+end
+
+-- The unlink of a deleted child from its parent in another call (the outbox protocol).
+local function unlink_later(hash, parent, epoch)
+  outbox[#outbox + 1] = now()
+  outbox[#outbox + 1] = hash .. '|' .. parent .. '|' .. num(epoch)
+  intents[#intents + 1] = {parent, hash, num(epoch)}
+end
+
+-- A node this call deletes, from its counters: set_ is its leaf index (nil: none), shell
+-- whether the stats count it as a shell, parent and epoch its link (nil: none).
+local function delete_node(key, hash, set_, shell, parent, epoch)
+  d_nodes = d_nodes - 1
+  if shell then d_shells = d_shells - 1 end
+  gone[#gone + 1] = key
+  dead[key] = true
+  drop_leaf(set_, hash)
+  if parent then
+    raise_fence(hash, epoch)
+    unlink_later(hash, parent, epoch)
+  end
+end
+
+-- A command with many arguments, sent in slices (Lua's unpack has a stack limit); nil key:
+-- the arguments are the keys (DEL). Returns the replies' sum.
+local function in_slices(command, key, args, extra)
+  local step, total = 2000, 0
+  for first = 1, #args, step do
+    local last = math.min(first + step - 1, #args)
+    if extra then
+      total = total + redis.call(command, key, extra, unpack(args, first, last))
+    elseif key then
+      total = total + redis.call(command, key, unpack(args, first, last))
+    else
+      total = total + redis.call(command, unpack(args, first, last))
+    end
+  end
+  return total
+end
+
+local function write_deaths()
+  if #gone > 0 then in_slices('DEL', nil, gone) end
+  for set_, members in pairs(zrem) do in_slices('ZREM', set_, members) end
+  if #outbox > 0 then in_slices('ZADD', OUTBOX, outbox) end
+  if #fenced > 0 then
+    read_stats()
+    if s_fences + d_fences > 0 then
+      d_fences = d_fences -
+        redis.call('ZREMRANGEBYSCORE', FENCES, '-inf', '(' .. num(now() - EPOCH_HORIZON_MS))
+    end
+    d_fences = d_fences + in_slices('ZADD', FENCES, fenced, 'GT')
+  end
+end
+
+-- Lean scripts work through the items of one node that come one after another (a run)
+-- and meet a node again after others' items only rarely; they keep records (intents, new
+-- leaves) in the order their nodes were first named, as finish() does: rank is hash ->
+-- the run that first named it, at the position of a record's hash.
+local function in_first_order(list, rank, at)
+  table.sort(list, function(x, y) return rank[x[at]] < rank[y[at]] end)
+end
+
+-- Flattens intents ({parent, child, epoch} ...) or new leaves for the reply.
+local function flat(list)
+  local out = {}
+  for _, t in ipairs(list) do
+    for _, x in ipairs(t) do out[#out + 1] = x end
+  end
+  return out
+end
+
+-- @part nodes: needs core events leaves objects stats deaths
+
 -- Node records, by key and in load order (one table), and the fields scripts announced.
 -- A record holds the node's counters, p (its parent; a shell made by link.lua whose
 -- children all came from one batch holds '?<batch id>' in the hash instead: lb here),
@@ -193,7 +324,7 @@ end
 -- finish() lists the emptied nodes' unlinks in intents, and the nodes that became leaves
 -- in new_leaves unless the script sets list_new_leaves false (put_start: it returns none).
 local nodes, wanted = {}, {}
-local intents, new_leaves, list_new_leaves = {}, {}, true
+local new_leaves, list_new_leaves = {}, true
 
 -- Announce a field of a node that the script will read, so node() fetches it at once.
 local function want(key, field)
@@ -341,26 +472,6 @@ local function emit(kind, n, suffix, size, reps, ...)
   emit_event(kind, n.hash, n.p, suffix, num(size), reps, ...)
 end
 
--- A fence makes step 2 of any link of this child with an epoch <= it refuse; it is only
--- needed while such an epoch could still be accepted (within the horizon), and fences
--- past the horizon are dropped here.
-local function raise_fence(hash, epoch)
-  if epoch < now() - EPOCH_HORIZON_MS then return end
-  read_stats()
-  if s_fences + d_fences > 0 then
-    d_fences = d_fences -
-      redis.call('ZREMRANGEBYSCORE', FENCES, '-inf', '(' .. num(now() - EPOCH_HORIZON_MS))
-  end
-  d_fences = d_fences + redis.call('ZADD', FENCES, 'GT', num(epoch), hash)
-end
-
--- The highest fence of a child, or nil (no read at all while the shard has no fence).
-local function fence_of(hash)
-  read_stats()
-  if s_fences + d_fences <= 0 then return nil end
-  return tonumber(redis.call('ZSCORE', FENCES, hash))
-end
-
 -- Writes back every node touched: an emptied one is deleted (and, if it had a parent, its
 -- unlink recorded in the outbox and returned to the client, which runs it in the parent's
 -- shard); the leaf index is kept exact; the shard's stats are written once.
@@ -370,14 +481,7 @@ local function finish()
     local n = nodes[i]
     if n.exists and (n.no or 0) == 0 and (n.nc or 0) == 0 then
       n.exists = false
-      d_nodes = d_nodes - 1
-      if n.p then
-        local pe = n.pe or 0
-        raise_fence(n.hash, pe)
-        redis.call('ZADD', OUTBOX, now(), n.hash .. '|' .. n.p .. '|' .. num(pe))
-        intents[#intents + 1] = {n.p, n.hash, num(pe)}
-      end
-      redis.call('DEL', n.key)
+      delete_node(n.key, n.hash, nil, false, n.p, n.pe or 0)  -- index and shells: below
       wrote = true
     elseif next(n.d) then
       if n.recompute_lm then
@@ -412,36 +516,8 @@ local function finish()
         set_ == SOFT_LEAVES and '1' or '0'}
     end
   end
-  for segment, delta in pairs(seg_delta) do
-    if delta ~= 0 then redis.call('HINCRBY', STATS, 'su:' .. segment, delta) end
-  end
-  if d_links ~= 0 then redis.call('HINCRBY', STATS, 'links', d_links) end
-  if not wrote and d_used == 0 and d_objects == 0 and d_nodes == 0 and d_fences == 0 and
-      d_shells == 0 then
-    return
-  end
-  if stats_read then
-    redis.call('HSET', STATS, 'used_bytes', num(s_used + d_used),
-      'objects', num(s_objects + d_objects), 'nodes', num(s_nodes + d_nodes),
-      'fences', num(s_fences + d_fences), 'shells', num(s_shells + d_shells),
-      'writes', num(s_writes + 1))
-    return
-  end
-  if d_used ~= 0 then redis.call('HINCRBY', STATS, 'used_bytes', d_used) end
-  if d_objects ~= 0 then redis.call('HINCRBY', STATS, 'objects', d_objects) end
-  if d_nodes ~= 0 then redis.call('HINCRBY', STATS, 'nodes', d_nodes) end
-  if d_fences ~= 0 then redis.call('HINCRBY', STATS, 'fences', d_fences) end
-  if d_shells ~= 0 then redis.call('HINCRBY', STATS, 'shells', d_shells) end
-  redis.call('HINCRBY', STATS, 'writes', 1)
-end
-
--- Flattens intents ({parent, child, epoch} ...) or new leaves for the reply.
-local function flat(list)
-  local out = {}
-  for _, t in ipairs(list) do
-    for _, x in ipairs(t) do out[#out + 1] = x end
-  end
-  return out
+  write_deaths()
+  write_stats(wrote)
 end
 
 -- @part links: needs nodes

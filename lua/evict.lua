@@ -74,12 +74,11 @@ end
 
 -- -- Mode 'leaf': lean, evict-only helpers. A node is read with ONE HGETALL and written
 -- -- with plain commands (DEL; a parent's HDEL/HSET); index changes, fences and outbox
--- -- entries are collected and written once per call; the stats through _lib's finish().
+-- -- entries are collected (_lib's deaths part) and written once per call by finish(),
+-- -- with the stats.
 
 local COUNTERS = {p = true, pe = true, nc = true, no = true, np = true, ps = true,
   psn = true, nh = true, ns = true, b = true, lm = true}
-local zrem = {[LEAVES] = {}, [SOFT_LEAVES] = {}}
-local fenced, outbox = {}, {}  -- ZADD arguments: score, member, ...
 local inside = {0, 0, 0}       -- parents evicted inside the call: leaves, objects, bytes
 
 -- The node at key as a record: counters (numbers; p the parent or nil), its 'o:' fields
@@ -147,18 +146,13 @@ local unlink_at
 -- that no longer lists it).
 unlink = function(n)
   local pe = n.pe or 0
-  if pe >= now() - EPOCH_HORIZON_MS then
-    fenced[#fenced + 1] = num(pe)
-    fenced[#fenced + 1] = n.hash
-  end
+  raise_fence(n.hash, pe)
   local key = declared[n.p]
   if key then
     unlink_at(key, n.p, n.hash, pe)
     return
   end
-  outbox[#outbox + 1] = now()
-  outbox[#outbox + 1] = n.hash .. '|' .. n.p .. '|' .. num(pe)
-  intents[#intents + 1] = {n.p, n.hash, num(pe)}
+  unlink_later(n.hash, n.p, pe)
 end
 
 -- The parent's side of an unlink (as unlink.lua): its child field goes if it still holds
@@ -208,8 +202,7 @@ local function evict_leaf(key, hash, seen)
   local n = load(key, hash)
   local set_, score = leaf_of(n)
   if set_ ~= SOURCE then  -- junk in the index, or the node moved: not from here
-    local list = zrem[SOURCE]
-    list[#list + 1] = hash
+    drop_leaf(SOURCE, hash)
     return 'X'
   end
   if set_ == SOFT_LEAVES and not soft_allowed and not lapsed(score) then return 'X' end
@@ -217,40 +210,9 @@ local function evict_leaf(key, hash, seen)
     if score ~= seen then redis.call('ZADD', set_, 'XX', num(score), hash) end
     return 'S' .. num(score)
   end
-  local list = zrem[set_]
-  list[#list + 1] = hash
+  drop_leaf(set_, hash)
   drop_node(n)
   return 'E' .. num(n.no or 0) .. ':' .. num(n.b or 0)
-end
-
--- A command with many arguments, sent in slices (Lua's unpack has a stack limit).
-local function in_slices(command, key, args, extra)
-  local step = 2000
-  for first = 1, #args, step do
-    if extra then
-      redis.call(command, key, extra, unpack(args, first, math.min(first + step - 1, #args)))
-    else
-      redis.call(command, key, unpack(args, first, math.min(first + step - 1, #args)))
-    end
-  end
-end
-
-local function write_collected()
-  for set_, members in pairs(zrem) do
-    if #members > 0 then in_slices('ZREM', set_, members) end
-  end
-  if #outbox > 0 then in_slices('ZADD', OUTBOX, outbox) end
-  if #fenced > 0 then  -- as raise_fence (_lib.lua), once per call
-    read_stats()
-    if s_fences + d_fences > 0 then
-      d_fences = d_fences -
-        redis.call('ZREMRANGEBYSCORE', FENCES, '-inf', '(' .. num(now() - EPOCH_HORIZON_MS))
-    end
-    for first = 1, #fenced, 2000 do
-      d_fences = d_fences + redis.call('ZADD', FENCES, 'GT',
-        unpack(fenced, first, math.min(first + 1999, #fenced)))
-    end
-  end
 end
 
 local results = {}
@@ -267,6 +229,5 @@ for a = 9, #ARGV, 6 do
     results[#results + 1] = evict_interior(node(key, hash))
   end
 end
-write_collected()
 finish()
 return {results, flat(intents), flat(new_leaves), inside}

@@ -1,36 +1,66 @@
 #!lua flags=allow-oom
 -- grant_lease: get for objects of one shard: each complete object gets a read lease until
 -- Redis now + ttl (leases only grow), which holds it against eviction and removal.
+-- uses: leaves
 -- KEYS: 1-7 the shard's keys, then the nodes
 -- ARGV: 1-3 header (_lib.lua), 4 lease ttl (ms), 5 probe (0|1: is_exist with
 --       probe_extends_lease: a processing object answers '' like an absent one),
---       then 3 per item: node key index, node hash, key suffix
--- Returns: one per item: the packed value after the lease, '' if absent, or NOT_READY
-local ttl, probe = tonumber(ARGV[4]), ARGV[5] == '1'
-
-local function lease(n, suffix)
-  local name = 'o:' .. suffix
-  local value = field(n, name)
-  if not value then return '' end
-  local state, size, t, pins, token, reps = unpack_object(value)
-  if state ~= 'c' then
-    if probe then return '' end
-    return fail('NOT_READY', 'object ' .. n.hash .. suffix .. ' is still processing')
-  end
-  local until_ms = now() + ttl
-  if until_ms > t then
-    value = pack_object('c', size, until_ms, pins, token, reps)
-    put_field(n, name, value)
-    if until_ms > (n.lm or 0) then set(n, 'lm', until_ms) end
-  end
-  return value
-end
-
-for a = 6, #ARGV, 3 do want(KEYS[tonumber(ARGV[a])], 'o:' .. ARGV[a + 2]) end
+--       then per node: node key index, node hash, count k, and k key suffixes (each once)
+-- Returns: one per suffix, in order: the packed value after the lease, '' if absent, or
+--          NOT_READY
+--
+-- Lean by design, as put_end: per node one HMGET of the leaf counters and its objects and,
+-- if a lease grew, one HSET of the values and `lm`; the leaf index only when the node is a
+-- leaf whose score moves; per object a position match and a concatenation.
+local probe = ARGV[5] == '1'
+local UNTIL = now() + tonumber(ARGV[4])
+local until_s = num(UNTIL)
 local results = {}
-for a = 6, #ARGV, 3 do
-  local n = node(KEYS[tonumber(ARGV[a])], ARGV[a + 1])
-  results[#results + 1] = lease(n, ARGV[a + 2])
+local wrote = false
+
+local a = 6
+while a <= #ARGV do
+  local key, hash, k = KEYS[tonumber(ARGV[a])], ARGV[a + 1], tonumber(ARGV[a + 2])
+  local first = a + 3
+  a = first + k
+  local names = {}
+  for i = 1, k do names[i] = 'o:' .. ARGV[first + i - 1] end
+  local v = redis.call('HMGET', key, 'nc', 'no', 'np', 'ps', 'nh', 'ns', 'lm', unpack(names))
+  local put, at = nil, 0
+  for i = 1, k do
+    local value = v[7 + i]
+    if value then
+      -- '1c,<size>,<time>,<pins>,<token><replicas>': the time's place, or nil (processing,
+      -- or a value of no format this version writes: neither is leased)
+      local from, to = string.match(value, '^1c,%d+,()%d+(),%d,')
+      if not from then
+        value = probe and '' or fail('NOT_READY', 'object ' .. hash .. ARGV[first + i - 1] ..
+          ' is still processing')
+      elseif UNTIL > tonumber(string.sub(value, from, to - 1)) then
+        value = string.sub(value, 1, from - 1) .. until_s .. string.sub(value, to)
+        put = put or {}
+        put[at + 1] = names[i]
+        put[at + 2] = value
+        at = at + 2
+      end
+    end
+    results[#results + 1] = value or ''
+  end
+  if put then
+    local lm = tonumber(v[7]) or 0
+    if UNTIL > lm then
+      put[at + 1] = 'lm'
+      put[at + 2] = until_s
+    end
+    redis.call('HSET', key, unpack(put))
+    if not v[1] and UNTIL > lm then  -- a leaf (no children) whose latest lease moved
+      local no, np, ps, nh, ns = tonumber(v[2]), tonumber(v[3]), tonumber(v[4]),
+        tonumber(v[5]), tonumber(v[6])
+      local set0, score0 = leaf_score(no, nil, nh, ns, lm, np, ps)
+      move_leaf(hash, set0, score0, leaf_score(no, nil, nh, ns, UNTIL, np, ps))
+    end
+    wrote = true
+  end
 end
-finish()
+if wrote then redis.call('HINCRBY', STATS, 'writes', 1) end
 return results

@@ -18,7 +18,7 @@ from redis.cluster import RedisCluster
 
 from .connection import is_in_process
 from .errors import ConfigurationError, InvalidArgument, StoreFull
-from .executor import Batch, Executor, Policy
+from .executor import KEYLESS_COMMANDS, Batch, Executor, Policy
 from .keys import KeySchema
 from .prefix import LEGACY_SHARD_COUNT, NEW_SHARD_COUNT, extractor_named, split_key
 from .scripts import Scripts, ShardCall, ShardCalls
@@ -33,7 +33,7 @@ from .settings import (
     settings_from,
     split_arguments,
 )
-from .validation import check_text
+from .validation import check_text, plain_texts
 from .values import to_int
 
 log = logging.getLogger("mooncake_redis")
@@ -328,13 +328,27 @@ class Context:
 
     def read(self, *command: Any) -> Any:
         """One read-only command through the executor (re-sent if its reply is lost, like
-        every read; redis-py's own calls would raise ConnectionError instead)."""
-        batch = self.executor.batch()
-        batch.command(*command)
-        reply = batch.execute()[0]
+        every read; redis-py's own calls would raise ConnectionError instead): a keyed
+        one (NAME upper case, then the key) as the lean reads go, TIME through a batch."""
+        if command[0] in KEYLESS_COMMANDS:
+            batch = self.executor.batch()
+            batch.command(*command)
+            (reply,) = batch.execute()
+        else:
+            (reply,) = self.executor.reads([command])
         if isinstance(reply, Exception):
             raise reply
         return reply
+
+    def reads(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Replies of many read-only commands (NAME upper case, then the key), in order,
+        errors in place: the hot reads' lean path (Executor.reads), or a batch while
+        deferred cleanups wait to go out with the next one."""
+        if self._deferred:
+            batch = self.batch()
+            batch.reads(commands)
+            return batch.execute()
+        return self.executor.reads(commands)
 
     def batch(self) -> Batch:
         """A new batch, carrying any deferred cleanup commands first."""
@@ -391,10 +405,17 @@ class Context:
         return split_key(self.extractor.prefix, self.key(key))
 
     def split_all(self, keys: Sequence[Any]) -> list[tuple[str, str, str]]:
-        """(key, prefix hash, suffix) of each object key: what `split` gives, with its
-        checks inlined for the common key (a short ASCII str, which always encodes);
-        any other goes through `split` and its errors."""
+        """(key, prefix hash, suffix) of each object key: what `split` gives. A list of
+        plain texts (non-empty ASCII str within max_key_length, checked at once in C) is
+        split by the extractor's `split_all` where it has one, else key by key with the
+        checks inlined; any other key goes through `split` and its errors."""
         limit = self._settings.max_key_length
+        whole = self.extractor.split_all
+        if whole is not None:
+            texts = list(keys)
+            if plain_texts(texts, limit):
+                return whole(texts)
+            keys = texts
         prefix_of = self.extractor.prefix
         targets = []
         for key in keys:

@@ -8,11 +8,13 @@ lua/evict.lua and the same cascade.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from .context import Context
 from .errors import MooncakeRedisError, from_script_error
 from .links import Intent, cascade, triples
 from .models import Result
+from .scripts import ShardCalls
 
 CHUNK = 1024
 """Objects per batch: keeps one script's run (and Redis's pause) short."""
@@ -34,22 +36,28 @@ def delete_objects(ctx: Context, targets: Sequence[Target], mode: str) -> list[R
 
 
 def _delete_chunk(ctx: Context, targets: Sequence[Target], mode: str) -> list[Result[None]]:
-    calls = ctx.calls("delete", mode)
-    for key, prefix_hash, suffix in targets:
-        call = calls.add(ctx.shard(prefix_hash), key)
-        call.item(call.node(prefix_hash), prefix_hash, suffix, ctx.token)
+    calls: ShardCalls[int] = ctx.calls("delete", mode)
+    token, last_hash, node = ctx.token, None, 0
+    for position, (_, prefix_hash, suffix) in enumerate(targets):
+        if prefix_hash != last_hash:  # a page's keys come together: its node looked up once
+            call = calls.add(ctx.shard(prefix_hash), position)
+            node, last_hash = call.node(prefix_hash), prefix_hash
+        else:
+            calls.add(call.shard, position)
+        call.item(node, prefix_hash, suffix, token)
     batch = ctx.batch()
     calls.queue(batch)
     replies = batch.execute()
-    outcome: dict[str, Result[None]] = {}
-    for key, reply in calls.per_item(replies, part=0):
-        outcome[key] = item_result(key, reply)
+    results: list[Any] = [None] * len(targets)  # each filled by its item's reply
+    for position, reply in calls.per_item(replies, part=0):
+        key = targets[position][0]
+        results[position] = Result(key) if reply == "OK" else item_result(key, reply)
     intents: list[Intent] = []
     for _, reply in calls.replies(replies):
         if not isinstance(reply, MooncakeRedisError):
             intents += triples(reply[1])
     cascade(ctx, intents)
-    return [outcome[key] for key, _, _ in targets]
+    return results
 
 
 def item_result(key: str, reply: object) -> Result[None]:

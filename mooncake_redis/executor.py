@@ -17,12 +17,16 @@ client's writer token); otherwise the batch raises OutcomeUnknown.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import sys
 import time
+import weakref
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import redis
@@ -101,6 +105,9 @@ class Queued(NamedTuple):
     segment: int
 
 
+_first, _second = itemgetter(0), itemgetter(1)
+
+
 def tag_of(key: str) -> str:
     """The Redis Cluster hash tag of a key (the part its slot is computed from)."""
     start = key.find("{")
@@ -162,15 +169,13 @@ class Batch:
     def reads(self, commands: Sequence[tuple[Any, ...]]) -> int:
         """Queue many read-only commands at once, each (NAME, key, *args) with NAME upper
         case; returns the position of the first (the others follow in order). The lean
-        form of `command` for the hot read paths (match_prefix, batch_is_exist)."""
-        names = {command[0] for command in commands}
-        if not names <= READ_ONLY_COMMANDS or names & KEYLESS_COMMANDS:
-            raise AssertionError(f"reads() takes keyed read-only commands, got {sorted(names)}")
-        segment = self._segment
+        form of `command` for the hot read paths (match_prefix, batch_is_exist): every
+        Queued built in C (zip, then tuple.__new__ without Queued's Python-level __new__)."""
+        check_reads(commands)
         first = len(self._queued) - self._preamble
-        new = tuple.__new__  # Queued(...) without its Python-level __new__: a third faster
-        self._queued += [new(Queued, (command[0], command, command[1], True, False, segment))
-                         for command in commands]
+        self._queued += map(tuple.__new__, repeat(Queued), zip(
+            map(_first, commands), commands, map(_second, commands), repeat(True),
+            repeat(False), repeat(self._segment)))
         return first
 
     def barrier(self) -> None:
@@ -218,6 +223,23 @@ class Executor:
     def batch(self) -> Batch:
         return Batch(self)
 
+    def reads(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Replies of read-only commands (as Batch.reads takes them), in order, errors in
+        place. On one Redis they go out as one pipeline, whose replies are the answer when
+        all came and none is an error; otherwise (a cluster, a lost connection, an error
+        reply) they go through a batch and its retries: a read is safe to send again."""
+        check_reads(commands)
+        if not self._cluster and commands:
+            pipeline = Pipeline.start(self._client, list(commands))
+            replies = pipeline.finish()
+            if pipeline.clean:
+                return replies
+            if pipeline.error is not None:
+                self._last_failure = f"{type(pipeline.error).__name__}: {pipeline.error}"
+        batch = self.batch()
+        batch.reads(commands)
+        return batch.execute()
+
     def run(self, queued: Sequence[Queued]) -> tuple[list[Any], set[int]]:
         """Replies in queue order (errors mapped), and the positions of calls that were sent
         again after their first reply was lost: they may have run twice (so their reply
@@ -255,6 +277,9 @@ class Executor:
             groups = self._by_node(queued, pending)
             replies = self._send_groups(groups, queued, shortfalls)
             for (_, group), (group_replies, clean) in zip(groups, replies):
+                if clean and len(group) == len(results):  # the whole queue, all well
+                    results[:] = group_replies
+                    continue
                 if clean:  # every reply came and none is an error: nothing to sort out
                     for position, reply in zip(group, group_replies):
                         results[position] = reply
@@ -389,7 +414,7 @@ class Pipeline:
             return pipeline
         pool = client.connection_pool
         try:
-            pipeline.connection = pool.get_connection()
+            pipeline.connection = idle_connections.take(pool)
             if pipeline.connection._sock is None:
                 pipeline.connection.connect()
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) \
@@ -440,8 +465,50 @@ class Pipeline:
             return
         if broken:
             self.connection.disconnect()
-        self.client.connection_pool.release(self.connection)
+            self.client.connection_pool.release(self.connection)
+        else:
+            idle_connections.keep(self.client.connection_pool, self.connection)
         self.connection = None
+
+
+class IdleConnections:
+    """Connections that pipelines took from a client's redis-py pool, kept between
+    pipelines instead of going back: redis-py 8's pool costs about 18 µs a get and release
+    (its observability counters), as much as a loopback round trip. A kept connection is
+    checked as the pool checks one it hands out (something unread, or the server closed
+    it: reconnected); one whose pipeline broke goes back to the pool disconnected. A
+    forked child never uses its parent's (their sockets are the parent's): it takes new
+    ones from the pool, which resets itself after a fork. Thread-safe: list pop and append
+    are atomic."""
+
+    def __init__(self) -> None:
+        self._kept: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+
+    def take(self, pool: Any) -> Any:
+        kept = self._kept.get(pool)
+        while kept:
+            try:
+                connection = kept.pop()
+            except IndexError:
+                break
+            if connection.pid != os.getpid():
+                continue  # the parent's, copied by a fork: not ours to use or close
+            try:
+                if connection._sock is not None and connection.can_read():
+                    raise redis.exceptions.ConnectionError("connection has unread data")
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
+                connection.disconnect()  # Pipeline.start connects it again
+            return connection
+        return pool.get_connection()
+
+    def keep(self, pool: Any, connection: Any) -> None:
+        kept = self._kept.get(pool)
+        if kept is None:
+            kept = self._kept.setdefault(pool, [])
+        kept.append(connection)
+
+
+idle_connections = IdleConnections()
 
 
 class LeanReader:
@@ -487,7 +554,7 @@ class LeanReader:
         callbacks = client.response_callbacks
         try:
             # redis-py's callback table upper-cases every lookup: once per name
-            if any(name in callbacks for name in {command[0] for command in commands}):
+            if any(name in callbacks for name in set(map(_first, commands))):
                 return self._read_each(client, connection, commands, replies, callbacks)
             return self._read_plain(len(commands), replies)
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
@@ -536,8 +603,8 @@ class LeanReader:
         got = replies[start:]
         kinds = set(map(type, got))
         if list in kinds:
-            kinds.update(map(type, [reply[0] for reply in got if reply.__class__ is list
-                                    and reply]))
+            lists = got if kinds == {list} else [r for r in got if r.__class__ is list]
+            kinds.update(map(type, map(_first, filter(None, lists))))
         if not any(issubclass(kind, Exception) for kind in kinds):
             return True
         for position, reply in enumerate(got):
@@ -566,6 +633,12 @@ class LeanReader:
             if self.parser._reader is None:  # parse_response disconnected
                 raise redis.exceptions.ConnectionError("connection closed while reading")
         return clean
+
+
+def check_reads(commands: Sequence[tuple[Any, ...]]) -> None:
+    names = set(map(_first, commands))
+    if not names <= READ_ONLY_COMMANDS or names & KEYLESS_COMMANDS:
+        raise AssertionError(f"reads() takes keyed read-only commands, got {sorted(names)}")
 
 
 def pack(connection: Any, commands: list[tuple[Any, ...]]) -> Any:

@@ -420,7 +420,7 @@ class Index:
         self.settings  # noqa: B018  # refresh the settings (if due) once, not per key
         targets = self.ctx.split_all(keys)
         if unique:
-            check_unique([key for key, _, _ in targets], "object key")
+            check_unique(keys, "object key")
         return targets
 
     def _hash(self, prefix_hash: Any) -> str:

@@ -4,6 +4,7 @@ forms; one script call (or one command) per shard group, one result per item."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 
 from .context import Context
 from .deletion import item_result
@@ -14,8 +15,10 @@ from .values import (
     HARD_PIN,
     OBJECT_PREFIX,
     SOFT_PIN,
-    decode_object,
+    STATE_NAMES,
+    decode_replicas,
     object_field,
+    unpack_value,
 )
 
 Target = tuple[str, str, str]
@@ -33,7 +36,7 @@ def put_end(ctx: Context, targets: Sequence[Target]) -> list[Result[None]]:
             named = nodes[prefix_hash] = {}
         named[suffix] = key
     for prefix_hash, named in nodes.items():
-        call = calls.add(ctx.shard(prefix_hash), *named.values())
+        call = calls.add_all(ctx.shard(prefix_hash), list(named.values()))
         call.item(call.node(prefix_hash), prefix_hash, len(named), *named)
     batch = ctx.batch()
     calls.queue(batch)
@@ -44,58 +47,69 @@ def put_end(ctx: Context, targets: Sequence[Target]) -> list[Result[None]]:
 def get(ctx: Context, targets: Sequence[Target], probe: bool = False
         ) -> list[Result[ObjectInfo]]:
     """Grant leases and return the objects (value None for an absent key). With probe,
-    a processing object reads as absent instead of NOT_READY."""
+    a processing object reads as absent instead of NOT_READY. One call per shard, one
+    item per run of targets of one node (a node named again later is a second item,
+    which reads what the first wrote), each target tagged with its position."""
     calls = ctx.calls("grant_lease", ctx.settings.lease_ttl_ms, "1" if probe else "0")
-    for key, prefix_hash, suffix in targets:
-        call = calls.add(ctx.shard(prefix_hash), (key, prefix_hash))
-        call.item(call.node(prefix_hash), prefix_hash, suffix)
+    for prefix_hash, positions, suffixes in node_runs(targets):
+        call = calls.add_all(ctx.shard(prefix_hash), positions)
+        call.item(call.node(prefix_hash), prefix_hash, len(suffixes), *suffixes)
     batch = ctx.batch()
     calls.queue(batch)
-    outcome: dict[str, Result[ObjectInfo]] = {}
-    for (key, prefix_hash), reply in calls.per_item(batch.execute()):
-        if isinstance(reply, MooncakeRedisError):
-            outcome[key] = Result(key, error=reply)
-        elif str(reply).startswith("MCERR_"):
-            outcome[key] = Result(key, error=from_script_error(str(reply), key=key))
+    results: list[Result[ObjectInfo]] = [None] * len(targets)  # type: ignore[list-item]
+    for position, reply in calls.per_item(batch.execute()):
+        key, prefix_hash, _ = targets[position]
+        if reply.__class__ is str and not reply.startswith("MCERR_"):
+            results[position] = Result(key, value=object_info(key, prefix_hash, reply))
+        elif isinstance(reply, MooncakeRedisError):
+            results[position] = Result(key, error=reply)
         else:
-            outcome[key] = Result(key, value=object_info(key, prefix_hash, reply) or None)
-    return [outcome[key] for key, _, _ in targets]
+            results[position] = Result(key, error=from_script_error(str(reply), key=key))
+    return results
+
+
+def node_runs(targets: Sequence[Target]) -> list[tuple[str, list[int], list[str]]]:
+    """(prefix hash, positions, suffixes) of each run of consecutive targets of one node."""
+    runs: list[tuple[str, list[int], list[str]]] = []
+    current = None
+    for position, (_, prefix_hash, suffix) in enumerate(targets):
+        if prefix_hash != current:
+            current = prefix_hash
+            positions: list[int] = []
+            suffixes: list[str] = []
+            runs.append((prefix_hash, positions, suffixes))
+        positions.append(position)
+        suffixes.append(suffix)
+    return runs
 
 
 def exist(ctx: Context, targets: Sequence[Target]) -> list[bool]:
-    """Whether each object is stored and complete: one HMGET per node, no script. Each
-    target remembers its place in its node's field list, so each reply is read once."""
-    fields: dict[str, list[str]] = {}
-    places: list[int] = []
-    for _, prefix_hash, suffix in targets:
-        named = fields.get(prefix_hash)
-        if named is None:
-            named = fields[prefix_hash] = []
-        places.append(len(named))
-        named.append(OBJECT_PREFIX + suffix)
+    """Whether each object is stored and complete: one HMGET per run of targets of one
+    node, no script. The replies, read in order, hold the values in the targets' order
+    (a node named again later gets a second HMGET: a read, so nothing to keep in step)."""
     node = ctx.schema.node
-    batch = ctx.batch()
-    batch.reads([("HMGET", node(prefix_hash), *named) for prefix_hash, named in fields.items()])
-    values: dict[str, list[str | None]] = dict(zip(fields, batch.execute()))
-    for reply in values.values():
-        if isinstance(reply, MooncakeRedisError):
-            raise reply
+    replies = ctx.reads([("HMGET", node(prefix_hash), *map(OBJECT_PREFIX.__add__, suffixes))
+                         for prefix_hash, _, suffixes in node_runs(targets)])
+    for reply in replies:
+        if reply.__class__ is not list:
+            raise reply if isinstance(reply, MooncakeRedisError) else \
+                AssertionError(f"HMGET answered {reply!r}")
     return [value is not None and value.startswith(COMPLETE_PREFIX)
-            for value in [values[prefix_hash][place]
-                          for (_, prefix_hash, _), place in zip(targets, places)]]
+            for value in chain.from_iterable(replies)]
 
 
 def object_info(key: str, prefix_hash: str, value: str | None) -> ObjectInfo | None:
     """ObjectInfo from a packed value (None for no value or a format this version cannot
-    read)."""
-    stored = decode_object(value) if value else None
-    if stored is None:
+    read), straight from the value's parts: a batch_get makes one per key."""
+    parts = unpack_value(value) if value else None
+    if parts is None:
         return None
-    return ObjectInfo(key=key, prefix_hash=prefix_hash, size=stored.size, state=stored.state,
-                      lease_ms=stored.time_ms if stored.complete else 0,
-                      started_ms=None if stored.complete else stored.time_ms,
-                      soft_pin=bool(stored.pins & SOFT_PIN), hard_pin=bool(stored.pins & HARD_PIN),
-                      token=stored.token, replicas=stored.replicas)
+    state, size, time_ms, pins, token, replicas = parts
+    complete = state == "c"
+    return ObjectInfo(key, prefix_hash, size, STATE_NAMES[state],
+                      time_ms if complete else 0, None if complete else time_ms,
+                      bool(pins & SOFT_PIN), bool(pins & HARD_PIN), token,
+                      decode_replicas(replicas, size) if replicas else ())
 
 
 def peek(ctx: Context, key: str, prefix_hash: str, suffix: str) -> ObjectInfo | None:

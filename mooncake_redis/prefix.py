@@ -53,6 +53,13 @@ def rfc_prefix(key: str) -> str:
     return key
 
 
+def rfc_split_all(keys: list[str]) -> list[tuple[str, str, str]]:
+    """(key, prefix hash, suffix) of each key under the RFC rule: `rfc_prefix` and the
+    split in one comprehension, for keys already known to be plain str."""
+    return [(key, key[:PREFIX_HASH_LENGTH], key[PREFIX_HASH_LENGTH:])
+            if key.find("_") == PREFIX_HASH_LENGTH else (key, key, "") for key in keys]
+
+
 def tagged_prefix(key: str) -> str:
     """For engines that put a model or tenant tag in front of the hash:
     `<tag>:<hash>...` or `<tag>/<hash>...` (tag of 1-64 characters). The prefix is the tag
@@ -82,6 +89,9 @@ class Extractor:
     all_hashes: Callable[[list[str]], bool] | None = None
     """Optional: whether every text of a list is a well-formed hash, at once (a long
     match_prefix chain checked in C, not text by text); False says only "check each"."""
+    split_all: Callable[[list[str]], list[tuple[str, str, str]]] | None = None
+    """Optional: (key, prefix hash, suffix) of every key of a list of plain str at once,
+    as `prefix` and `split_key` would give them one by one."""
 
 
 def is_digest(prefix_hash: str) -> bool:
@@ -103,7 +113,7 @@ def all_digests(texts: list[str]) -> bool:
 
 _EXTRACTORS: dict[str, Extractor] = {
     "rfc": Extractor("rfc", rfc_prefix, is_digest,
-                     "64 lower-case hex digits", all_digests),
+                     "64 lower-case hex digits", all_digests, rfc_split_all),
     "tagged": Extractor("tagged", tagged_prefix, is_tagged_digest,
                         "<tag>:<64 lower-case hex> or <tag>/<64 lower-case hex>"),
 }

@@ -191,7 +191,7 @@ def _send(ctx: Context, todo: list[Write], mode: str) -> _Sent:
             call.item(call.node(w.prefix_hash), w.prefix_hash, w.parent or "", sent.epoch,
                       checked, len(w.registered), *w.registered)
     for (prefix_hash, parent, checked), group in groups.items():
-        call = puts.add(ctx.shard(prefix_hash), *group)
+        call = puts.add_all(ctx.shard(prefix_hash), group)
         objects: list[object] = []
         for w in group:
             objects += (w.suffix, w.size, w.pins, w.replicas)

@@ -123,10 +123,11 @@ class ShardCall:
         """KEYS index (1-based, as Lua counts) of the prefix's node key."""
         index = self._node_index.get(prefix_hash)
         if index is None:
-            if self.schema.shard(prefix_hash) != self.shard:
+            key = self.schema.node(prefix_hash)  # its shard computed once: the key names it
+            if not key.startswith(self._node_prefix):
                 raise CrossSlotCall(f"script {self.script.name} for shard {self.shard} got "
                                     f"node {prefix_hash} of shard {self.schema.shard(prefix_hash)}")
-            self.keys.append(self._node_prefix + prefix_hash)  # schema.node(prefix_hash)
+            self.keys.append(key)
             index = self._node_index[prefix_hash] = len(self.keys)
         return index
 
@@ -152,15 +153,24 @@ class ShardCalls(Generic[T]):
     def __bool__(self) -> bool:
         return bool(self._calls)
 
-    def add(self, shard: str, *tags: T) -> ShardCall:
-        """The shard's call, with `tags` noted for the item the caller adds to it next
-        (one tag a reply: an item of several objects gets one a object)."""
+    def add(self, shard: str, tag: T) -> ShardCall:
+        """The shard's call, with `tag` noted for the item the caller adds to it next."""
+        call = self._call(shard)
+        self._tags[shard].append(tag)
+        return call
+
+    def add_all(self, shard: str, tags: list[T]) -> ShardCall:
+        """The shard's call, with `tags` noted for the item the caller adds next, which
+        has one reply per tag (scripts that answer per part of an item)."""
+        call = self._call(shard)
+        self._tags[shard] += tags
+        return call
+
+    def _call(self, shard: str) -> ShardCall:
         call = self._calls.get(shard)
         if call is None:
             call = self._calls[shard] = self._make(shard)
-            self._tags[shard] = list(tags)
-        else:
-            self._tags[shard] += tags
+            self._tags[shard] = []
         return call
 
     def queue(self, batch: Batch, read_only: bool = False) -> None:

@@ -73,9 +73,8 @@ def match_prefix(ctx: Context, chain: Sequence[str]) -> int:
     for start, end in ((0, MATCH_PREFIX_PROBE), (MATCH_PREFIX_PROBE, len(chain))):
         if start >= end:
             break
-        batch = ctx.batch()
-        batch.reads([("HMGET", node(prefix_hash), "no", "np") for prefix_hash in chain[start:end]])
-        for objects, processing in batch.execute():
+        for objects, processing in ctx.reads([("HMGET", node(prefix_hash), "no", "np")
+                                              for prefix_hash in chain[start:end]]):
             if not objects or processing:
                 return matched
             matched += 1

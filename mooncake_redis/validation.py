@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .errors import InvalidArgument
@@ -28,6 +28,15 @@ def check_text(value: Any, what: str, max_length: int) -> str:
     return value
 
 
+def plain_texts(values: list[Any], max_length: int) -> bool:
+    """Whether every value is a non-empty ASCII str (which always encodes) of at most
+    max_length characters: what `check_text` accepts, checked for a whole list at once
+    in C. False says only "check each"."""
+    return bool(values) and set(map(type, values)) == {str} \
+        and min(map(len, values)) > 0 and max(map(len, values)) <= max_length \
+        and "".join(values).isascii()
+
+
 def check_size(value: Any, max_size: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgument(f"size must be an int, got {type(value).__name__}")
@@ -45,8 +54,8 @@ def check_flag(value: Any, what: str) -> bool:
     return value
 
 
-def check_unique(values: list[str], what: str) -> None:
-    if len(set(values)) == len(values):  # the usual batch, at once; else find the first twice
+def check_unique(values: Sequence[str], what: str) -> None:
+    if len(set(values)) == len(values):
         return
     seen: set[str] = set()
     for value in values:

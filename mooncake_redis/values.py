@@ -139,14 +139,25 @@ class StoredObject:
         return self.size * max(1, len(self.replicas))
 
 
-def decode_object(value: str) -> StoredObject | None:
-    """None for a value this version cannot read (a newer format)."""
+def unpack_value(value: str) -> tuple[str, int, int, int, str, str] | None:
+    """A packed value's parts: state letter (`p`/`c`), size, time, pins, token and the
+    replicas' tail ('' for none); None for a value this version cannot read (a newer
+    format)."""
     match = _VALUE.fullmatch(value)
     if match is None:
         return None
     state, size, time_ms, pins, token, replicas = match.groups()
-    return StoredObject(STATE_NAMES[state], int(size), int(time_ms), int(pins), token,
-                        decode_replicas(replicas, int(size)) if replicas else ())
+    return state, int(size), int(time_ms), int(pins), token, replicas
+
+
+def decode_object(value: str) -> StoredObject | None:
+    """None for a value this version cannot read (a newer format)."""
+    parts = unpack_value(value)
+    if parts is None:
+        return None
+    state, size, time_ms, pins, token, replicas = parts
+    return StoredObject(STATE_NAMES[state], size, time_ms, pins, token,
+                        decode_replicas(replicas, size) if replicas else ())
 
 
 MAX_EXACT = 2 ** 53

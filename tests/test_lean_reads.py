@@ -5,11 +5,14 @@ built on it answer the same with it and without it; fakeredis keeps parse_respon
 
 from __future__ import annotations
 
+import multiprocessing
 from typing import Any
 
 import pytest
 import redis
 from helpers import page
+from lossy_proxy import LossyProxy
+from redis_server import RedisServer
 
 from mooncake_redis import Index, executor
 from mooncake_redis.context import Context
@@ -96,3 +99,117 @@ def test_the_in_process_store_reads_through_redis_py() -> None:
     index.put_end(f"{page('lean-m')}_0_k")
     assert index.match_prefix([page("lean-m")]) == 1
     assert index.batch_is_exist([f"{page('lean-m')}_0_k"]) == [True]
+
+
+def test_lean_reads_answer_what_a_batch_answers_and_fall_back_on_an_error_reply(
+        redis_url: str) -> None:
+    ctx = context(redis_url, 2)
+    node = ctx.schema.node(page("lean-r"))
+    ctx.client.hset(node, mapping={"no": "1", "o:_0_k": "1c,1,2,0,t"})
+    ctx.client.set("lean:junk-r", "not a hash")
+    clean = [("HMGET", node, "no", "np"), ("HKEYS", node), ("HMGET", node, "o:_0_k")]
+    batch = ctx.batch()
+    batch.reads(clean)
+    assert ctx.reads(clean) == batch.execute() == [["1", None], ["no", "o:_0_k"], ["1c,1,2,0,t"]]
+    with_error = [clean[0], ("HMGET", "lean:junk-r", "x"), clean[2]]
+    replies = ctx.reads(with_error)  # not clean: sent again through a batch, error in place
+    assert replies[0] == ["1", None] and replies[2] == ["1c,1,2,0,t"]
+    assert isinstance(replies[1], MooncakeRedisError) and "WRONGTYPE" in str(replies[1])
+
+
+def test_lean_reads_are_sent_again_when_their_reply_is_lost(redis_server: RedisServer) -> None:
+    proxy = LossyProxy(redis_server.port)
+    try:
+        ctx = context(proxy.url, 2)
+        node = ctx.schema.node(page("lean-lost"))
+        ctx.client.hset(node, mapping={"no": "2"})
+        proxy.lose_reply(0)
+        assert ctx.reads([("HMGET", node, "no")] * 3) == [["2"]] * 3
+        assert proxy.disarm()  # the reply was lost, and the reads were sent again
+    finally:
+        proxy.close()
+
+
+def test_lean_reads_carry_deferred_cleanups_out_first(redis_url: str) -> None:
+    ctx = context(redis_url, 2)
+    ctx.client.set("lean:deferred", "x")
+    ctx.defer("DEL", "lean:deferred")
+    node = ctx.schema.node(page("lean-d"))
+    assert ctx.reads([("EXISTS", node)]) == [0]
+    assert ctx.client.exists("lean:deferred") == 0
+
+
+def test_a_batch_get_naming_a_node_twice_leases_every_object_once(make_index: Any) -> None:
+    index = make_index(probe_extends_lease=True)
+    a, b = page("lean-twice-a"), page("lean-twice-b")
+    keys = [f"{a}_0_k", f"{b}_0_k", f"{a}_0_v"]  # a's two objects apart: two items of a
+    assert all(r.ok for r in index.batch_put_start([(key, 5, None) for key in keys]))
+    assert all(r.ok for r in index.batch_put_end(keys))
+    infos = [r.unwrap() for r in index.batch_get(keys)]
+    assert [info.key for info in infos if info] == keys
+    leaves = index.ctx.schema.shard_keys(index.ctx.shard(a)).leaves
+    assert index.client.zscore(leaves, a) == max(infos[0].lease_ms, infos[2].lease_ms)
+    assert index.batch_is_exist([keys[0], keys[1], keys[0], f"{a}_9_v"]) == [True, True, True,
+                                                                            False]
+
+
+def client_id(client: redis.Redis) -> int:
+    """The server's id of the connection the executor's pipelines use now."""
+    (reply,) = executor.Pipeline.start(client, [("CLIENT", "ID")]).finish()
+    return int(reply)
+
+
+def test_pipelines_keep_their_connection_instead_of_the_pools_round_trip(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = context(redis_url, 2)
+    node = ctx.schema.node(page("lean-kept"))
+    taken = []
+    pool = ctx.client.connection_pool
+    real_get = pool.get_connection
+    monkeypatch.setattr(pool, "get_connection", lambda: taken.append(1) or real_get())
+    for _ in range(5):
+        assert ctx.reads([("EXISTS", node)]) == [0]
+    assert len(taken) == 1 and client_id(ctx.client) == client_id(ctx.client)
+
+
+def test_a_kept_connection_the_server_closed_is_replaced_before_a_write_is_sent(
+        redis_url: str) -> None:
+    """`delete` may not be sent twice (not retry-safe): sent on a connection the server
+    had closed, its reply would be lost and the outcome unknown; the check before use
+    reconnects first, so the removal runs once and is answered."""
+    index = Index.from_url(redis_url, namespace="lean-closed")
+    key = f"{page('lean-closed')}_0_k"
+    index.put_start(key, 10)
+    index.put_end(key)
+    before = client_id(index.client)
+    killer = redis.Redis.from_url(redis_url)
+    assert killer.client_kill_filter(_id=before) == 1
+    index.remove(key, force=True)
+    assert index.batch_is_exist([key]) == [False]
+    assert client_id(index.client) != before
+
+
+PARENT_CTX: Context
+"""The parent's context, which a forked child inherits with its kept connection."""
+
+
+def _reads_in_a_child(node: str, answers: Any) -> None:
+    answers.put((client_id(PARENT_CTX.client), PARENT_CTX.reads([("HMGET", node, "no")])))
+
+
+def test_a_forked_child_never_uses_its_parents_kept_connection(redis_url: str) -> None:
+    global PARENT_CTX
+    PARENT_CTX = context(redis_url, 2)
+    node = PARENT_CTX.schema.node(page("lean-fork"))
+    PARENT_CTX.client.hset(node, "no", "3")
+    assert PARENT_CTX.reads([("HMGET", node, "no")]) == [["3"]]
+    parents = client_id(PARENT_CTX.client)
+    fork = multiprocessing.get_context("fork")
+    answers = fork.Queue()
+    child = fork.Process(target=_reads_in_a_child, args=(node, answers))
+    child.start()
+    childs, replies = answers.get(timeout=60)
+    child.join(60)
+    assert child.exitcode == 0 and replies == [["3"]] and childs != parents
+    assert client_id(PARENT_CTX.client) == parents  # the parent's is untouched
+    assert PARENT_CTX.reads([("HMGET", node, "no")]) == [["3"]]

@@ -3,11 +3,16 @@ by NAME (never imported from a stored string), and the shard rule."""
 
 from __future__ import annotations
 
+import functools
+
 import blake3
+import hypothesis
 import pytest
 from helpers import page
+from hypothesis import strategies as st
 
 from mooncake_redis import ConfigurationError, Index, InvalidArgument, register_extractor
+from mooncake_redis.context import Context
 from mooncake_redis.prefix import (
     SHIPPED_EXTRACTORS,
     extractor_named,
@@ -156,3 +161,37 @@ def test_every_query_accepts_a_key_that_is_its_own_prefix(index: Index, key: str
 def test_a_query_by_an_object_key_names_its_prefix(index: Index) -> None:
     with pytest.raises(InvalidArgument, match=f"its prefix is {H}"):
         index.get_keys_by_prefix(f"{H}_0_k")
+
+
+@functools.cache
+def split_context() -> Context:
+    return Index.from_url("memory://split-all", namespace="split", max_key_length=200).ctx
+
+
+_KEY_PARTS = st.sampled_from([H, page("q"), H.upper(), H[:63], "_", "_0_k", "__k", "k", "é",
+                              "x" * 300, "", "_tp_3"])
+
+
+@hypothesis.settings(max_examples=150, deadline=None, derandomize=True)
+@hypothesis.given(st.lists(st.one_of(st.lists(_KEY_PARTS, max_size=3).map("".join),
+                                     st.sampled_from([None, 7, b"k"])), max_size=6))
+@hypothesis.example([f"{H}_0_k", f"{H}k_0_k", f"{H.upper()}_0_k", f"_{H}", H, "k"])
+@hypothesis.example([f"{H}_0_k", f"{H}_é"])
+@hypothesis.example([f"{H}_0_k", "", f"{H}_0_v"])
+def test_split_all_answers_what_split_answers_key_by_key(keys: list[object]) -> None:
+    """The whole-list fast path (plain_texts, then Extractor.split_all) gives exactly the
+    targets, or the first error, that splitting each key on its own gives."""
+    ctx = split_context()
+
+    def one_by_one() -> list[tuple[str, str, str]]:
+        return [(key, *ctx.split(key)) for key in keys]
+
+    try:
+        expected: object = one_by_one()
+    except InvalidArgument as error:
+        expected = str(error)
+    try:
+        got: object = ctx.split_all(keys)
+    except InvalidArgument as error:
+        got = str(error)
+    assert got == expected

@@ -184,6 +184,7 @@ def test_a_script_carries_the_library_parts_it_names_and_what_they_need() -> Non
     assert "local function emit_event" in put_end and "local function leaf_score" in put_end
     assert "local function now" in put_end  # core: events and leaves need it
     assert "local function node(" not in put_end and "local function finish" not in put_end
-    assert library_for(read_lua("delete")).endswith(parts["links"][1])
-    assert all(text in library_for(read_lua("delete")) for _, text in parts.values())
+    assert "local function node(" not in library_for(read_lua("delete"))
+    assert library_for("return 1").endswith(parts["links"][1])
+    assert all(text in library_for("return 1") for _, text in parts.values())
     assert library_for("-- uses:\nreturn 1") == ""
