@@ -62,8 +62,8 @@ def _delete_chunk(ctx: Context, targets: Sequence[Target], mode: str) -> list[Re
 
 def item_result(key: str, reply: object) -> Result[None]:
     """A script's reply for one item: 'OK' or a refusal."""
+    if reply == "OK":  # the usual reply first (an error never equals it)
+        return Result(key)
     if isinstance(reply, MooncakeRedisError):
         return Result(key, error=reply)
-    if reply == "OK":
-        return Result(key)
     return Result(key, error=from_script_error(str(reply), key=key))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Iterable, Sequence
+from itertools import repeat
 from typing import Any
 
 from . import admission, objects, registration, segments, tree, waiting
@@ -167,14 +168,22 @@ class Index:
             (HARD_PIN if check_flag(hard_pin, "hard_pin") else 0)
         settings = self.settings  # read (and refreshed if due) once per call
         tree_on = settings.enable_radix_tree
+        max_size = settings.max_object_size
+        items = check_items(items, f"{mode}_start item", (2, 3, 4))
+        targets = self._split_items(items)
+        links_checked = tree_on and targets is not None and self._links_well_formed(
+            items, targets, settings.max_key_length)
         writes = []
         parents: dict[str, str] = {}  # each parent (and each linked node) checked once a call
         linked: set[str] = set()
-        for key, size, parent, replicas in check_items(items, f"{mode}_start item",
-                                                       (2, 3, 4)):
-            prefix_hash, suffix = self.ctx.split(key)
-            size = check_size(size, settings.max_object_size)
-            if parent is not None and tree_on:
+        for (key, size, parent, replicas), target in zip(items, targets or repeat(None)):
+            if target is None:
+                prefix_hash, suffix = self.ctx.split(key)
+            else:
+                _, prefix_hash, suffix = target
+            if size.__class__ is not int or not 0 <= size <= max_size:
+                size = check_size(size, max_size)  # raises, or makes an int subclass an int
+            if parent is not None and tree_on and not links_checked:
                 known = parents.get(parent) if parent.__class__ is str else None
                 if known is None:
                     known = self.ctx.prefix_hash(parent, "parent_block_hash")
@@ -190,8 +199,7 @@ class Index:
                             "parent; store it without parent_block_hash", key=key)
                     linked.add(prefix_hash)
             writes.append(registration.Write(key, prefix_hash, parent if tree_on else None,
-                                             suffix=suffix, size=size, pins=pins,
-                                             replicas="" if replicas is None else
+                                             suffix, size, pins, "" if replicas is None else
                                              pack_replicas(check_replicas(replicas))))
         check_unique([w.key for w in writes], "object key")
         wait_ms = settings.put_wait_ms if wait_ms is None else check_wait_ms(wait_ms)
@@ -200,6 +208,30 @@ class Index:
             on_no_space=self.on_no_space and functools.partial(self.on_no_space, self),
             evict=None if self.ctx.options.queue_url else self.evict)
         return self._counted(f"{mode}_start", results)
+
+    def _split_items(self, items: list[tuple[Any, ...]]) -> list[tuple[str, str, str]] | None:
+        """ctx.split_all of the items' keys; None if a key is bad: the caller then splits
+        each key in turn, so the first bad item raises its own error (as a bad size or
+        parent before it would)."""
+        try:
+            return self.ctx.split_all([item[0] for item in items])
+        except Exception:  # noqa: BLE001 - ctx.split raises it again, in item order
+            return None
+
+    def _links_well_formed(self, items: list[tuple[Any, ...]],
+                           targets: list[tuple[str, str, str]], max_length: int) -> bool:
+        """Whether every parent given, and every node linked to one, is a well-formed
+        hash, checked at once where the extractor can check a list (Extractor.all_hashes,
+        as ctx.node_hashes does); False says only "check each"."""
+        all_hashes = self.ctx.extractor.all_hashes
+        parents = [item[2] for item in items if item[2] is not None]
+        if not parents:
+            return True
+        if all_hashes is None or not all_hashes(parents) or \
+                max(map(len, parents)) > max_length:
+            return False
+        return all_hashes([target[1] for item, target in zip(items, targets)
+                           if item[2] is not None])
 
     def put_end(self, key: str) -> None:
         """Complete a processing object (its lease starts now, so objects nobody reads are

@@ -33,10 +33,11 @@ share one slot and one script can update them atomically.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import ConfigurationError
-from .prefix import LEGACY_SHARD_COUNT, shard_names, shard_of
+from .prefix import LEGACY_SHARD_COUNT, shard_finder, shard_names
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _NAMESPACE_MARKER = re.compile(r"([A-Za-z0-9_.-]{1,64}):(?:settings|\{[0-9a-f]{2}\}:stats)")
@@ -84,11 +85,9 @@ class KeySchema:
         self.shard_count = shard_count
         """The namespace's shard count (its `shard_count` setting, fixed at creation)."""
         self.shards = shard_names(shard_count)
+        self.shard: Callable[[str], str] = shard_finder(shard_count)
+        """The shard a prefix's node lives in (prefix.shard_of at this count)."""
         self._shards: dict[str, ShardKeys] = {}
-
-    def shard(self, prefix_hash: str) -> str:
-        """The shard a prefix's node lives in."""
-        return shard_of(prefix_hash, self.shard_count)
 
     def tag(self, shard: str) -> str:
         return f"{self.namespace}:{{{shard}}}"
@@ -103,7 +102,7 @@ class KeySchema:
 
     def node(self, prefix_hash: str) -> str:
         """The node hash of a prefix: it holds the node and every object of the prefix."""
-        return f"{self.namespace}:{{{shard_of(prefix_hash, self.shard_count)}}}:n:{prefix_hash}"
+        return f"{self.namespace}:{{{self.shard(prefix_hash)}}}:n:{prefix_hash}"
 
     def node_prefix(self, shard: str) -> str:
         """What every node key of a shard starts with (for SCAN MATCH)."""

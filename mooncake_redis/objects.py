@@ -36,9 +36,7 @@ def put_end(ctx: Context, targets: Sequence[Target]) -> list[Result[None]]:
             named = nodes[prefix_hash] = {}
         named[suffix] = key
     for prefix_hash, named in nodes.items():
-        shard = ctx.shard(prefix_hash)
-        for key in named.values():
-            call = calls.add(shard, key)
+        call = calls.add_all(ctx.shard(prefix_hash), list(named.values()))
         call.item(call.node(prefix_hash), prefix_hash, len(named), *named)
     batch = ctx.batch()
     calls.queue(batch)

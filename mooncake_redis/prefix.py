@@ -37,7 +37,6 @@ ALL_SHARDS = shard_names(LEGACY_SHARD_COUNT)
 
 PrefixExtractor = Callable[[str], str]
 
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX_DIGITS = b"0123456789abcdef"
 _TAGGED = re.compile(r"([^:/|{}\s]{1,64}[:/])([0-9a-f]{64})")
 
@@ -95,6 +94,13 @@ class Extractor:
     as `prefix` and `split_key` would give them one by one."""
 
 
+def is_digest(prefix_hash: str) -> bool:
+    """Whether a text is 64 lower-case hex digits, as all_digests checks a list, without
+    the regex engine: the hex digits deleted from its bytes leave nothing."""
+    return len(prefix_hash) == PREFIX_HASH_LENGTH and prefix_hash.isascii() and \
+        not prefix_hash.encode("ascii").translate(None, _HEX_DIGITS)
+
+
 def all_digests(texts: list[str]) -> bool:
     """Whether every text is a str of 64 lower-case hex digits: their types and lengths in
     one pass each, then their characters joined, in C (bytes.translate deletes the hex
@@ -106,7 +112,7 @@ def all_digests(texts: list[str]) -> bool:
 
 
 _EXTRACTORS: dict[str, Extractor] = {
-    "rfc": Extractor("rfc", rfc_prefix, lambda text: _HEX64.fullmatch(text) is not None,
+    "rfc": Extractor("rfc", rfc_prefix, is_digest,
                      "64 lower-case hex digits", all_digests, rfc_split_all),
     "tagged": Extractor("tagged", tagged_prefix, is_tagged_digest,
                         "<tag>:<64 lower-case hex> or <tag>/<64 lower-case hex>"),
@@ -140,23 +146,28 @@ def extractor_named(name: str) -> Extractor:
             "mooncake_redis.register_extractor before opening the index") from None
 
 
-def is_digest(prefix_hash: str) -> bool:
-    return _HEX64.fullmatch(prefix_hash) is not None
-
-
-@functools.lru_cache(maxsize=1 << 16)
 def shard_of(prefix_hash: str, shard_count: int = LEGACY_SHARD_COUNT) -> str:
     """Two lowercase hex digits naming one of `shard_count` shards, from the hash's own
     first byte when it is a 64-hex digest (uniform already), else from the first byte of
     blake3(prefix_hash). With 256 shards that byte is the shard; with fewer, its top bits
     (16 shards: "00"-"0f", the hash's first hex digit)."""
-    if len(prefix_hash) == PREFIX_HASH_LENGTH and _HEX64.fullmatch(prefix_hash):
-        first = prefix_hash[:2]
-    else:
-        first = blake3.blake3(prefix_hash.encode()).hexdigest()[:2]
-    if shard_count == LEGACY_SHARD_COUNT:
-        return first
-    return f"{int(first, 16) * shard_count // LEGACY_SHARD_COUNT:02x}"
+    return shard_finder(shard_count)(prefix_hash)
+
+
+@functools.cache
+def shard_finder(shard_count: int) -> Callable[[str], str]:
+    """shard_of for one shard count, as a function of the hash alone with a cache keyed by
+    the hash itself (the write paths ask for a node's shard several times a call)."""
+    shards = {f"{byte:02x}": f"{byte * shard_count // LEGACY_SHARD_COUNT:02x}"
+              for byte in range(LEGACY_SHARD_COUNT)}
+
+    @functools.lru_cache(maxsize=1 << 16)
+    def shard(prefix_hash: str) -> str:
+        if is_digest(prefix_hash):
+            return shards[prefix_hash[:2]]
+        return shards[blake3.blake3(prefix_hash.encode()).hexdigest()[:2]]
+
+    return shard
 
 
 def split_key(extractor: PrefixExtractor, key: str) -> tuple[str, str]:

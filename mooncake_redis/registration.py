@@ -65,12 +65,6 @@ class Write:
     epoch: int = 0
     """The epoch of the send that wrote it."""
 
-    link: Link | None = field(init=False, default=None)
-    """(node, parent), or None without a parent."""
-
-    def __post_init__(self) -> None:
-        self.link = (self.prefix_hash, self.parent) if self.parent else None
-
     @property
     def object_key(self) -> str | None:
         return self.key if self.suffix is not None else None
@@ -172,7 +166,7 @@ def _send(ctx: Context, todo: list[Write], mode: str) -> _Sent:
     """Step 1 for every link, a barrier, step 2 for every item: one batch."""
     batch_id = ctx.batch_id()
     settings = ctx.settings
-    sent = _Sent(ctx.epoch(at_least=max(w.min_epoch for w in todo)))
+    sent = _Sent(ctx.epoch(at_least=max([w.min_epoch for w in todo])))
     links = ctx.calls("link", batch_id)
     written = {w.prefix_hash for w in todo}
     # by parent: link.lua reads and writes each parent once per run of its items
@@ -197,10 +191,9 @@ def _send(ctx: Context, todo: list[Write], mode: str) -> _Sent:
             call.item(call.node(w.prefix_hash), w.prefix_hash, w.parent or "", sent.epoch,
                       checked, len(w.registered), *w.registered)
     for (prefix_hash, parent, checked), group in groups.items():
-        shard = ctx.shard(prefix_hash)
+        call = puts.add_all(ctx.shard(prefix_hash), group)
         objects: list[object] = []
         for w in group:
-            call = puts.add(shard, w)
             objects += (w.suffix, w.size, w.pins, w.replicas)
         call.item(call.node(prefix_hash), prefix_hash, parent, checked, len(group), *objects)
     batch = ctx.batch()
@@ -225,15 +218,19 @@ def _send(ctx: Context, todo: list[Write], mode: str) -> _Sent:
 
 def _record(w: Write, outcome: object, epoch: int) -> None:
     """One item's reply: its result, or what to do before sending it again."""
-    w.state, w.epoch = "", epoch
-    if isinstance(outcome, MooncakeRedisError):
+    w.epoch = epoch
+    if isinstance(outcome, str):  # the usual reply: no other check
+        text = outcome
+    elif isinstance(outcome, MooncakeRedisError):
+        w.state = ""
         w.refuse(outcome)
         return
-    text = str(outcome)
+    else:
+        text = str(outcome)
     if text.startswith("OK"):
-        w.state = text[2:]
-        w.result = Result(w.key)
+        w.state, w.result = text[2:], Result(w.key)
         return
+    w.state = ""
     code, _, detail = text.removeprefix("MCERR_").partition(" ")
     if code == "FENCED":
         w.min_epoch = int(detail) + 1
@@ -271,9 +268,12 @@ def _settle(ctx: Context, writes: Sequence[Write], sends: Sequence[_Sent]) -> No
     flags: dict[Link, str] = {}
     written_at: dict[Link, int] = {}
     for w in writes:
-        if w.link is not None and w.result is not None and w.result.ok and w.state:
-            flags[w.link] = "C" if "C" in (flags.get(w.link, ""), w.state) else "L"
-            written_at[w.link] = max(written_at.get(w.link, 0), w.epoch)
+        state = w.state
+        if state and w.parent and w.result is not None and w.result.error is None:
+            link = (w.prefix_hash, w.parent)
+            flags[link] = "C" if state == "C" or flags.get(link) == "C" else "L"
+            epoch = written_at.get(link, 0)
+            written_at[link] = w.epoch if w.epoch > epoch else epoch
     confirm: list[tuple[Link, int]] = []
     settle: list[tuple[Link, int]] = []
     for sent in sends:

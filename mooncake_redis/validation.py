@@ -69,13 +69,13 @@ def check_items(items: Any, what: str, arities: tuple[int, ...]) -> list[tuple[A
     if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
         raise InvalidArgument(f"a batch must be a list of {what}s, got {type(items).__name__}")
     longest = max(arities)
+    padding = {arity: (None,) * (longest - arity) for arity in arities}
     checked = []
     for item in items:
-        if isinstance(item, (str, bytes)) or not isinstance(item, (tuple, list)) \
-                or len(item) not in arities:
+        if not isinstance(item, (tuple, list)) or len(item) not in padding:  # (never a str)
             raise InvalidArgument(f"each {what} must be a tuple of {' or '.join(map(str, arities))}"
                                   f" values, got {item!r:.200}")
-        checked.append(tuple(item) + (None,) * (longest - len(item)))
+        checked.append(tuple(item) + padding[len(item)])
     return checked
 
 

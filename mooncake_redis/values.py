@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from .errors import ScriptError
 from .models import Replica
+from .prefix import is_digest
 
 OBJECT_PREFIX = "o:"
 CHILD_PREFIX = "c:"
@@ -46,7 +47,6 @@ SHELL_MARKER = "?"
 SOFT_PIN, HARD_PIN = 1, 2
 STATE_NAMES = {"p": "processing", "c": "complete"}
 
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 _VALUE = re.compile(r"1([pc]),(\d+),(\d+),(\d),([^|]*)(.*)", re.S)
 _ESCAPES = {"%": "%25", ",": "%2C", "|": "%7C"}
 _UNESCAPE = re.compile(r"%(25|2C|7C)")
@@ -68,20 +68,20 @@ def to_int(value: object, default: int = 0) -> int:
 
 
 def child_field(child_hash: str) -> str:
-    return child_hash if _HEX64.fullmatch(child_hash) else CHILD_PREFIX + child_hash
+    return child_hash if is_digest(child_hash) else CHILD_PREFIX + child_hash
 
 
 def child_field_argument(child_hash: str) -> str:
     """How scripts are told a child's field: '' when it is the bare hash (the usual case,
     sparing Lua a pattern scan), else the c:<hash> name."""
-    return "" if _HEX64.fullmatch(child_hash) else CHILD_PREFIX + child_hash
+    return "" if is_digest(child_hash) else CHILD_PREFIX + child_hash
 
 
 def child_of_field(field: str) -> str | None:
     """The child hash a node field names, or None if the field is not a child."""
     if field.startswith(CHILD_PREFIX):
         return field[len(CHILD_PREFIX):]
-    if len(field) == 64 and _HEX64.fullmatch(field):
+    if is_digest(field):
         return field
     return None
 
