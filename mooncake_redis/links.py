@@ -83,9 +83,9 @@ def add_unlink(unlinks: ShardCalls[Any], ctx: Context, parent: str, child: str,
 def confirm_links(ctx: Context, confirmed: Iterable[tuple[Link, int]]) -> None:
     """Drop the pending entries of links a child confirmed (a deferred ZREM per shard)."""
     members: dict[str, list[str]] = defaultdict(list)
-    shard = ctx.schema.shard
+    shard_of = ctx.schema.shard
     for (child, parent), epoch in confirmed:
-        members[shard(parent)].append(pending_member(parent, child, epoch))
+        members[shard_of(parent)].append(pending_member(parent, child, epoch))
     for shard, shard_members in members.items():
         ctx.defer("ZREM", ctx.schema.shard_keys(shard).pending, *shard_members)
 
