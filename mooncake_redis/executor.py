@@ -277,9 +277,6 @@ class Executor:
             groups = self._by_node(queued, pending)
             replies = self._send_groups(groups, queued, shortfalls)
             for (_, group), (group_replies, clean) in zip(groups, replies):
-                if clean and len(group) == len(results):  # the whole queue, all well
-                    results[:] = group_replies
-                    continue
                 if clean:  # every reply came and none is an error: nothing to sort out
                     for position, reply in zip(group, group_replies):
                         results[position] = reply
