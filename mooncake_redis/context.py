@@ -44,6 +44,25 @@ CLOCK_RESYNC_SECONDS = 60.0
 _SCRIPTS: dict[bool, Scripts] = {}
 
 
+Target = tuple[str, str, str]
+"""An object key split (Context.split_all): (key, prefix hash, suffix)."""
+
+
+def node_runs(targets: Sequence[Target]) -> list[tuple[str, list[int], list[str]]]:
+    """(prefix hash, positions, suffixes) of each run of consecutive targets of one node."""
+    runs: list[tuple[str, list[int], list[str]]] = []
+    current = None
+    for position, (_, prefix_hash, suffix) in enumerate(targets):
+        if prefix_hash != current:
+            current = prefix_hash
+            positions: list[int] = []
+            suffixes: list[str] = []
+            runs.append((prefix_hash, positions, suffixes))
+        positions.append(position)
+        suffixes.append(suffix)
+    return runs
+
+
 def shared_scripts(shebang: bool = True) -> Scripts:
     """The scripts, read and hashed once per process (without their Redis 7 shebangs for
     fakeredis, which has none)."""
@@ -404,7 +423,7 @@ class Context:
         read: callers refresh them once per call, not per key)."""
         return split_key(self.extractor.prefix, self.key(key))
 
-    def split_all(self, keys: Sequence[Any]) -> list[tuple[str, str, str]]:
+    def split_all(self, keys: Sequence[Any]) -> list[Target]:
         """(key, prefix hash, suffix) of each object key: what `split` gives. A list of
         plain texts (non-empty ASCII str within max_key_length, checked at once in C) is
         split by the extractor's `split_all` where it has one, else key by key with the

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .context import Context
+from .context import Context, Target, node_runs
 from .errors import MooncakeRedisError, from_script_error
 from .links import Intent, cascade, triples
 from .models import Result
@@ -20,10 +20,6 @@ CHUNK = 1024
 """Objects per batch: keeps one script's run (and Redis's pause) short."""
 
 MODES = ("remove", "revoke", "reclaim", "force")
-
-Target = tuple[str, str, str]
-"""An object to delete: (key, prefix hash, suffix)."""
-
 
 def delete_objects(ctx: Context, targets: Sequence[Target], mode: str) -> list[Result[None]]:
     """Delete objects (mode as in lua/delete.lua); one result per target."""
@@ -37,14 +33,12 @@ def delete_objects(ctx: Context, targets: Sequence[Target], mode: str) -> list[R
 
 def _delete_chunk(ctx: Context, targets: Sequence[Target], mode: str) -> list[Result[None]]:
     calls: ShardCalls[int] = ctx.calls("delete", mode)
-    token, last_hash, node = ctx.token, None, 0
-    for position, (_, prefix_hash, suffix) in enumerate(targets):
-        if prefix_hash != last_hash:  # a page's keys come together: its node looked up once
-            call = calls.add(ctx.shard(prefix_hash), position)
-            node, last_hash = call.node(prefix_hash), prefix_hash
-        else:
-            calls.add(call.shard, position)
-        call.item(node, prefix_hash, suffix, token)
+    token = ctx.token
+    for prefix_hash, positions, suffixes in node_runs(targets):  # a page's node looked up once
+        call = calls.add_all(ctx.shard(prefix_hash), positions)
+        node = call.node(prefix_hash)
+        for suffix in suffixes:
+            call.item(node, prefix_hash, suffix, token)
     batch = ctx.batch()
     calls.queue(batch)
     replies = batch.execute()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import chain
 
-from .context import Context
+from .context import Context, Target, node_runs
 from .deletion import item_result
 from .errors import MooncakeRedisError, from_script_error
 from .models import ObjectInfo, Result
@@ -20,9 +20,6 @@ from .values import (
     object_field,
     unpack_value,
 )
-
-Target = tuple[str, str, str]
-"""(key, prefix hash, suffix)"""
 
 
 def put_end(ctx: Context, targets: Sequence[Target]) -> list[Result[None]]:
@@ -66,21 +63,6 @@ def get(ctx: Context, targets: Sequence[Target], probe: bool = False
         else:
             results[position] = Result(key, error=from_script_error(str(reply), key=key))
     return results
-
-
-def node_runs(targets: Sequence[Target]) -> list[tuple[str, list[int], list[str]]]:
-    """(prefix hash, positions, suffixes) of each run of consecutive targets of one node."""
-    runs: list[tuple[str, list[int], list[str]]] = []
-    current = None
-    for position, (_, prefix_hash, suffix) in enumerate(targets):
-        if prefix_hash != current:
-            current = prefix_hash
-            positions: list[int] = []
-            suffixes: list[str] = []
-            runs.append((prefix_hash, positions, suffixes))
-        positions.append(position)
-        suffixes.append(suffix)
-    return runs
 
 
 def exist(ctx: Context, targets: Sequence[Target]) -> list[bool]:

@@ -160,8 +160,8 @@ class ShardCalls(Generic[T]):
         return call
 
     def add_all(self, shard: str, tags: list[T]) -> ShardCall:
-        """The shard's call, with `tags` noted for the item the caller adds next, which
-        has one reply per tag (scripts that answer per part of an item)."""
+        """The shard's call, with `tags` noted for the replies of what the caller adds to
+        it next, in order: one item a tag, or an item that answers per part."""
         call = self._call(shard)
         self._tags[shard] += tags
         return call
