@@ -210,7 +210,18 @@ class Slot:
                 start = end
             return results, resent
 
+        reads = self.index.ctx.executor.reads
+
+        def reads_in_a_step(commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+            # the lean reads (Executor.reads) bypass run() on one Redis: their pipeline
+            # is one step, as a run of reads through run() is
+            if self.gated and commands:
+                self.gate.step(self.number, Step(commands[0][0], frozenset(
+                    tag_of(command[1]) for command in commands), False))
+            return reads(commands)
+
         self.index.ctx.executor.run = run_in_steps  # type: ignore[method-assign]
+        self.index.ctx.executor.reads = reads_in_a_step  # type: ignore[method-assign]
         self.gated = True
         """False while the slot is prepared outside any schedule (its reads run at once)."""
 
