@@ -5,7 +5,9 @@ Per request: probe the chain (`batch_is_exist`), take the usable prefix (`match_
 with the radix tree; without it, the leading run of pages whose objects all exist: the
 same definition), read the reused objects (`batch_get`, a short lease, so that reads
 order eviction like an LRU touch without pinning everything), then store every missing
-page (`batch_put_start` with its parent page, `batch_put_end`). Eviction runs in this
+page (`batch_put_start` with its parent page, `batch_put_end`), each step in a later Redis
+millisecond than the one before (`_past`), so the eviction order does not depend on the
+machine's speed. Eviction runs in this
 process (`index.evict()`): when a store does not fit, down to room for it, and after a
 request that leaves usage above the high watermark, down to the target.
 
@@ -18,6 +20,7 @@ end to check it again: any difference raises ReplayDiverged.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -156,8 +159,11 @@ class ServiceReplay:
         usable = self._usable_prefix(chain, present)
         read = [key for page in chain[:usable] for key in self._keys(page)]
         if read:  # the engine loads the reused KV: a read takes a lease
-            raise_first(self.index.batch_get(read))
+            results = self.index.batch_get(read)
+            raise_first(results)
+            self._past(max(result.value.lease_ms for result in results if result.value))
         self._store(chain)
+        self._past(self.index.ctx.redis_time_ms())  # this request's stamps: all earlier
         if self.used_bytes > self.index.settings.high_watermark * self.capacity_bytes:
             self._evict(need_bytes=0)
         counters.requests += 1
@@ -166,6 +172,16 @@ class ServiceReplay:
         counters.usable_hits += usable
         counters.orphaned_page_requests += self.orphans.orphans
         self._note_peak()
+
+    def _past(self, ms: int) -> None:
+        """Wait until Redis time is past `ms`: past the leases a request was granted
+        before it stores its new pages (every page it read is evictable again and older
+        than every page it stores), and past its stores before the next request (whose
+        stamps are then all later), whatever the machine's speed. Without it the order of
+        leaves stamped in one millisecond (a tie, broken by hash) changed from run to run
+        with the load. Costs a millisecond or two a request."""
+        while self.index.ctx.redis_time_ms() <= ms:
+            time.sleep(0.0002)
 
     def _keys(self, page: int) -> list[str]:
         return self.layout.keys(self.pages.hashes[page])
