@@ -11,12 +11,12 @@
 --
 -- Lean by design, as put_end: per node one HMGET of the leaf counters and its objects and,
 -- if a lease grew, one HSET of the values and `lm`; the leaf index only when the node is a
--- leaf whose score moves; per object a position match and a concatenation.
+-- leaf whose score moves; per object a position match and a concatenation. A lease moves
+-- nothing fsck's recount counts, so the stats' `writes` is left alone.
 local probe = ARGV[5] == '1'
 local UNTIL = now() + tonumber(ARGV[4])
 local until_s = num(UNTIL)
 local results = {}
-local wrote = false
 
 local a = 6
 while a <= #ARGV do
@@ -59,8 +59,6 @@ while a <= #ARGV do
       local set0, score0 = leaf_score(no, nil, nh, ns, lm, np, ps)
       move_leaf(hash, set0, score0, leaf_score(no, nil, nh, ns, UNTIL, np, ps))
     end
-    wrote = true
   end
 end
-if wrote then redis.call('HINCRBY', STATS, 'writes', 1) end
 return results

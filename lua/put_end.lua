@@ -11,13 +11,13 @@
 -- Lean by design (docs/ARCHITECTURE.md, "Scripts"): per node one HMGET of the counters and
 -- its objects, one HSET (and an HDEL of the processing counters once none is left), the
 -- leaf index only when the score moves; per object a string match and a concatenation. A
--- completion moves no bytes and no object count: only np, ps/psn and lm change.
+-- completion moves no bytes and no object count: only np, ps/psn and lm change, so it
+-- leaves the stats' `writes` alone (nothing fsck's recount counts moves).
 local token = ARGV[4]
 local owned = #token + 2  -- a value's tail starts '<pins>,<token>'
 local NOW = now()
 local now_s = num(NOW)
 local results = {}
-local wrote = false
 
 local function missing(hash, suffix)
   return fail('NOT_FOUND', 'no object ' .. hash .. suffix .. ' (never started, revoked, '
@@ -125,8 +125,6 @@ while a <= #ARGV do
     redis.call('HSET', key, unpack(put))
     if np == 0 then redis.call('HDEL', key, 'np', 'ps', 'psn') end
     if leaf then move_leaf(hash, set0, score0, leaf_score(no, nil, nh, ns, lm, np, start)) end
-    wrote = true
   end
 end
-if wrote then redis.call('HINCRBY', STATS, 'writes', 1) end
 return results
