@@ -22,7 +22,10 @@
 -- The file is in parts ('-- @part <name>: needs <part> ...'); a script names the parts it
 -- uses on a '-- uses: <part> ...' line of its header and gets only those and what they
 -- need, in this file's order (mooncake_redis/scripts.py); a script without one gets all,
--- one whose line names none gets nothing.
+-- one whose line names none gets nothing. A '-- lazy: <part> ...' line names parts (and
+-- what they need, less what the prelude has) that go where the script's '-- @lazy' line
+-- is, inside a function it calls only on its rare path: a part defined but not used
+-- still costs each call (put_start: its general path's node records).
 -- Every part defined costs each call of the script (its locals and closures).
 
 -- @part core
@@ -217,6 +220,18 @@ local function write_stats(wrote)
   if d_fences ~= 0 then redis.call('HINCRBY', STATS, 'fences', d_fences) end
   if d_shells ~= 0 then redis.call('HINCRBY', STATS, 'shells', d_shells) end
   redis.call('HINCRBY', STATS, 'writes', 1)
+end
+
+-- Whether the client's cycle walk for this link still holds: '1' (a walk that left the
+-- shard: the resolver's walk confirms the link later), or '1:<links>' (a walk that stayed
+-- in this shard, begun when the stats' `links` was <links>: no parent was given to a node
+-- with children here since, so what the walk saw is still so; this batch's own links the
+-- walk followed as intended).
+local function walk_holds(checked)
+  if checked == '1' then return true end
+  local stamp = string.match(checked, '^1:(%d+)$')
+  if not stamp then return false end
+  return tonumber(redis.call('HGET', STATS, 'links') or '0') == tonumber(stamp)
 end
 
 -- @part deaths: needs stats
@@ -521,18 +536,6 @@ local function finish()
 end
 
 -- @part links: needs nodes
-
--- Whether the client's cycle walk for this link still holds: '1' (a walk that left the
--- shard: the resolver's walk confirms the link later), or '1:<links>' (a walk that stayed
--- in this shard, begun when the stats' `links` was <links>: no parent was given to a node
--- with children here since, so what the walk saw is still so; this batch's own links the
--- walk followed as intended).
-local function walk_holds(checked)
-  if checked == '1' then return true end
-  local stamp = string.match(checked, '^1:(%d+)$')
-  if not stamp then return false end
-  return tonumber(redis.call('HGET', STATS, 'links') or '0') == tonumber(stamp)
-end
 
 -- Step 2 of a link, for the node n that is to name `parent` (see docs/ARCHITECTURE.md):
 -- returns 'same' | 'new' | '' (no parent given), or nil and a refusal.

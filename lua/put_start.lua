@@ -5,6 +5,8 @@
 -- parent when one is given. Mode 'upsert' may also replace a complete object (or this
 -- writer's own processing one): the old replicas are announced in a 'replaced' event with
 -- the time after which they may be freed (the end of the old object's read lease).
+-- uses: leaves objects stats
+-- lazy: links
 -- KEYS: 1-7 the shard's keys, then the nodes
 -- ARGV: 1-3 header (_lib.lua), 4 batch id, 5 put_start_discard_timeout (ms), 6 the shard's
 --       default byte limit (0 = none: capacity unlimited; a limit in stats, kept by
@@ -21,7 +23,6 @@
 local batch, discard_ms, default_limit, upsert =
   ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == 'upsert'
 local token, epoch = ARGV[8], tonumber(ARGV[9])
-list_new_leaves = false  -- finish() need not list them: none is returned
 read_stats()
 local used, limit = s_used, s_limit or default_limit
 local NOW = now()
@@ -53,52 +54,63 @@ local function busy(n, suffix, state, by_us)
     or '') .. ')')
 end
 
--- One object through the node record (the general path: every case).
-local function put(n, suffix, size, pins, parent, checked, reps)
-  local name = 'o:' .. suffix
-  local current = field(n, name)
-  local old
-  if current then
-    local state, old_size, t, old_pins, old_token, old_reps = unpack_object(current)
-    if old_token == token and state == 'p' then
-      if old_size == size and old_reps == reps and (parent == '' or n.p == parent) then
-        -- our own put_start, sent again after a lost reply: answer as the first time
-        if parent ~= '' then return 'OK' .. apply_parent(n, parent, epoch, 'same', batch) end
-        return 'OK'
+-- The general path (every case), through node records: defined on first need, with the
+-- library parts it takes (the '-- lazy:' line: node records, links, events, deaths), so a
+-- call that never needs it does not pay for defining them.
+local general_put, general_node, general_nodes, general_finish
+local function load_general()
+  -- @lazy
+  list_new_leaves = false  -- finish() need not list them: none is returned
+
+  -- One object through the node record (the general path: every case).
+  local function put(n, suffix, size, pins, parent, checked, reps)
+    local name = 'o:' .. suffix
+    local current = field(n, name)
+    local old
+    if current then
+      local state, old_size, t, old_pins, old_token, old_reps = unpack_object(current)
+      if old_token == token and state == 'p' then
+        if old_size == size and old_reps == reps and (parent == '' or n.p == parent) then
+          -- our own put_start, sent again after a lost reply: answer as the first time
+          if parent ~= '' then return 'OK' .. apply_parent(n, parent, epoch, 'same', batch) end
+          return 'OK'
+        end
+        if not upsert then return busy(n, suffix, state, true) end
+      elseif state == 'c' then
+        if not upsert then return busy(n, suffix, state, old_token == token) end
+      elseif t + discard_ms > NOW then
+        return busy(n, suffix, state, false)
       end
-      if not upsert then return busy(n, suffix, state, true) end
-    elseif state == 'c' then
-      if not upsert then return busy(n, suffix, state, old_token == token) end
-    elseif t + discard_ms > NOW then
-      return busy(n, suffix, state, false)
+      -- unfinished past the discard timeout, or replaced by an upsert: take over
+      old = {state, old_size, t, old_pins, old_reps}
     end
-    -- unfinished past the discard timeout, or replaced by an upsert: take over
-    old = {state, old_size, t, old_pins, old_reps}
-  end
-  local grow = charged(size, reps) - (old and charged(old[2], old[5]) or 0)
-  if over_limit(grow) then
-    return fail('NO_SPACE', 'shard ' .. string.match(STATS, '{(..)}') .. ' holds ' .. num(used) ..
-      ' bytes and ' .. num(grow) .. ' more would pass its limit of ' .. num(limit))
-  end
-  local segment = reps ~= '' and unmounted_segment(reps)
-  if segment then
-    return fail('SEGMENT_NOT_MOUNTED', 'segment ' .. segment .. ' is not mounted')
-  end
-  local how, refusal = check_parent(n, parent, epoch, checked, batch)
-  if not how then return refusal end
-  create(n)
-  local flag = apply_parent(n, parent, epoch, how, batch)
-  put_field(n, name, pack_object('p', size, NOW, pins, token, reps))
-  count_object(n, 1, 'p', size, NOW, pins, reps)
-  if old then
-    count_object(n, -1, old[1], old[2], old[3], old[4], old[5])
-    if old[5] ~= '' then
-      local free_after = old[1] == 'c' and old[3] > NOW and old[3] or NOW
-      emit('replaced', n, suffix, old[2], old[5], 'free_after', num(free_after))
+    local grow = charged(size, reps) - (old and charged(old[2], old[5]) or 0)
+    if over_limit(grow) then
+      return fail('NO_SPACE', 'shard ' .. string.match(STATS, '{(..)}') .. ' holds ' .. num(used) ..
+        ' bytes and ' .. num(grow) .. ' more would pass its limit of ' .. num(limit))
     end
+    local segment = reps ~= '' and unmounted_segment(reps)
+    if segment then
+      return fail('SEGMENT_NOT_MOUNTED', 'segment ' .. segment .. ' is not mounted')
+    end
+    local how, refusal = check_parent(n, parent, epoch, checked, batch)
+    if not how then return refusal end
+    create(n)
+    local flag = apply_parent(n, parent, epoch, how, batch)
+    put_field(n, name, pack_object('p', size, NOW, pins, token, reps))
+    count_object(n, 1, 'p', size, NOW, pins, reps)
+    if old then
+      count_object(n, -1, old[1], old[2], old[3], old[4], old[5])
+      if old[5] ~= '' then
+        local free_after = old[1] == 'c' and old[3] > NOW and old[3] or NOW
+        emit('replaced', n, suffix, old[2], old[5], 'free_after', num(free_after))
+      end
+    end
+    used = used + grow
+    return 'OK' .. flag
   end
-  used = used + grow
-  return 'OK' .. flag
+
+  general_put, general_node, general_nodes, general_finish = put, node, nodes, finish
 end
 
 -- The common case without a node record: every object of the group is new and fits, its
@@ -209,13 +221,19 @@ while a <= #ARGV do
     ARGV[a + 3]
   local first, k = a + 5, tonumber(ARGV[a + 4])
   a = first + 4 * k
-  if nodes[key] or not put_new(key, hash, parent, checked, first, k) then
-    local n = node(key, hash)
+  if (general_nodes and general_nodes[key]) or
+      not put_new(key, hash, parent, checked, first, k) then
+    if not general_put then load_general() end
+    local n = general_node(key, hash)
     for at = first, a - 1, 4 do
-      results[#results + 1] = put(n, ARGV[at], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]),
-        parent, checked, ARGV[at + 3])
+      results[#results + 1] = general_put(n, ARGV[at], tonumber(ARGV[at + 1]),
+        tonumber(ARGV[at + 2]), parent, checked, ARGV[at + 3])
     end
   end
 end
-finish()
+if general_finish then
+  general_finish()
+else
+  write_stats(false)  -- what finish() does without node records
+end
 return results

@@ -45,6 +45,8 @@ def read_lua(name: str) -> str:
 
 PART = re.compile(r"^-- @part (\w+)(?:: needs ([\w ]+))?$", re.MULTILINE)
 USES = re.compile(r"^-- uses:([\w ]*)$", re.MULTILINE)
+LAZY = re.compile(r"^-- lazy:([\w ]*)$", re.MULTILINE)
+LAZY_MARK = re.compile(r"^[ \t]*-- @lazy$", re.MULTILINE)
 
 
 def library_parts() -> tuple[str, dict[str, tuple[list[str], str]]]:
@@ -58,24 +60,49 @@ def library_parts() -> tuple[str, dict[str, tuple[list[str], str]]]:
     return text[:marks[0].start()] if marks else text, parts
 
 
-def library_for(body: str) -> str:
-    """The helpers a script gets: the parts its '-- uses:' line names and those they need,
-    in the library's order; every part for a script without one, nothing for a script
-    whose line names none."""
-    opening, parts = library_parts()
-    uses = USES.search(body)
-    if uses is None:
-        return opening + "".join(text for _, text in parts.values())
-    todo = uses.group(1).split()
-    if not todo:
-        return ""
+def _with_needs(names: list[str], parts: dict[str, tuple[list[str], str]]) -> set[str]:
+    """The parts named and every part they need."""
     wanted: set[str] = set()
+    todo = list(names)
     while todo:
         part = todo.pop()
         if part not in wanted:
             wanted.add(part)
             todo.extend(parts[part][0])
+    return wanted
+
+
+def _prelude_parts(body: str, parts: dict[str, tuple[list[str], str]]) -> set[str]:
+    uses = USES.search(body)
+    return set(parts) if uses is None else _with_needs(uses.group(1).split(), parts)
+
+
+def library_for(body: str) -> str:
+    """The helpers a script gets: the parts its '-- uses:' line names and those they need,
+    in the library's order; every part for a script without one, nothing for a script
+    whose line names none."""
+    opening, parts = library_parts()
+    wanted = _prelude_parts(body, parts)
+    if not wanted:
+        return ""
     return opening + "".join(text for name, (_, text) in parts.items() if name in wanted)
+
+
+def with_lazy_parts(body: str) -> str:
+    """The script's body with its '-- @lazy' line replaced by the parts its '-- lazy:'
+    line names and those they need, less the prelude's (library_for): defined inside the
+    function that holds the mark, so only a call that takes that path pays for them."""
+    lazy = LAZY.search(body)
+    if lazy is None:
+        return body
+    _, parts = library_parts()
+    wanted = _with_needs(lazy.group(1).split(), parts) - _prelude_parts(body, parts)
+    marks = LAZY_MARK.findall(body)
+    if len(marks) != 1:
+        raise ValueError(f"a script with a '-- lazy:' line needs one '-- @lazy' line, not "
+                         f"{len(marks)}")
+    text = "".join(text for name, (_, text) in parts.items() if name in wanted)
+    return LAZY_MARK.sub(lambda _: text, body)
 
 
 def build_script(name: str, shebang: bool = True) -> LuaScript:
@@ -89,7 +116,7 @@ def build_script(name: str, shebang: bool = True) -> LuaScript:
     header = ""
     if first.startswith("#!lua"):
         header, body = (first + "\n" if shebang else ""), rest
-    source = header + library_for(body) + "\n" + body
+    source = header + library_for(body) + "\n" + with_lazy_parts(body)
     return LuaScript(name, source, hashlib.sha1(source.encode()).hexdigest())
 
 

@@ -12,13 +12,21 @@ from importlib import resources
 
 import pytest
 import redis
-from helpers import page
+from helpers import assert_consistent, page
 from redis.crc import key_slot
 
 from mooncake_redis import Index, ObjectAlreadyExists
 from mooncake_redis.executor import CrossSlotCall
 from mooncake_redis.fsck import check
-from mooncake_redis.scripts import LIBRARY, SCRIPT_NAMES, library_for, library_parts, read_lua
+from mooncake_redis.scripts import (
+    LIBRARY,
+    SCRIPT_NAMES,
+    build_script,
+    library_for,
+    library_parts,
+    read_lua,
+    with_lazy_parts,
+)
 
 STOP = "mooncake-test-stop-monitor"
 KEYLESS = {"TIME"}
@@ -188,3 +196,36 @@ def test_a_script_carries_the_library_parts_it_names_and_what_they_need() -> Non
     assert library_for("return 1").endswith(parts["links"][1])
     assert all(text in library_for("return 1") for _, text in parts.values())
     assert library_for("-- uses:\nreturn 1") == ""
+
+
+def test_lazy_parts_are_defined_inside_the_function_that_holds_the_mark() -> None:
+    """`-- lazy:` (lua/_lib.lua): put_start's prelude has no node records; its general
+    path's function defines them, once, with the parts they need less the prelude's."""
+    prelude = library_for(read_lua("put_start"))
+    assert "local function read_stats" in prelude and "local function node(" not in prelude
+    source = build_script("put_start").source
+    general = source.index("local function load_general()")
+    assert source.count("local function node(") == 1
+    assert source.index("local function node(") > general
+    assert source.count("local function read_stats") == 1  # stats: in the prelude only
+    assert not re.search(r"^\s*-- @lazy$", source, re.MULTILINE)  # the mark was replaced
+    with pytest.raises(ValueError, match="one '-- @lazy' line"):
+        with_lazy_parts("-- uses: core\n-- lazy: nodes\nreturn 1")
+
+
+def test_a_put_start_call_may_take_both_paths(redis_url: str) -> None:
+    """Within one put_start call, a new page takes the lean path and a re-sent one (this
+    writer's own processing objects) the general path, loaded mid-call: both answer as
+    alone, and the shard's stats count each object once."""
+    index = Index.from_url(redis_url, namespace="both-paths", capacity_bytes="1GiB")
+    first, again = page("paths-1"), "01" + page("paths-2")[2:]
+    first = "01" + first[2:]  # one shard: one call
+    index.put_start(f"{again}_0_k", 10)
+    results = index.batch_put_start([(f"{first}_0_k", 20, None), (f"{again}_0_k", 10, None)])
+    assert [result.ok for result in results] == [True, True]
+    shard = index.ctx.schema.shard(first)
+    assert shard == index.ctx.schema.shard(again)
+    stats = index.client.hgetall(index.ctx.schema.shard_keys(shard).stats)
+    assert (stats["used_bytes"], stats["objects"], stats["nodes"]) == ("30", "2", "2")
+    index.batch_put_end([f"{first}_0_k", f"{again}_0_k"])
+    assert_consistent(index)
