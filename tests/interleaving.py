@@ -372,6 +372,10 @@ class Explorer:
                 choice = awake[0]
                 nodes.append(Node(list(choices), enabled, steps, sleep, [choice]))
                 sleep = frozenset(s for s in sleep if independent(s, choice, steps))
+            if choice.op not in steps:  # a replayed prefix that this run did not follow
+                raise RuntimeError(self._describe(
+                    f"replay diverged: operation {choice.op} is not waiting at a step",
+                    labels, []))
             labels.append(f"{choice} {steps[choice.op].label}")
             if not choice.crash and running in gate.parked and choice.op != running:
                 preemptions += 1
