@@ -50,6 +50,7 @@ it did; exit 1 on a mismatch.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import importlib
 import importlib.util
@@ -366,8 +367,14 @@ def check_with_sglangs_controller(storage: Any, directory: str) -> None:
         backend.close()
 
 
-def main(wheel_name: str) -> int:
-    wheel = Path(wheel_name)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("wheel", type=Path, help="sglang-0.5.23-*.whl (pip download "
+                                                 "sglang==0.5.23 --no-deps)")
+    wheel = parser.parse_args(argv).wheel
+    if not wheel.is_file():
+        parser.error(f"no such wheel: {wheel}")
     full = installed_sglang(wheel)
     if not full:
         stand_ins()
@@ -388,6 +395,4 @@ def main(wheel_name: str) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main())
