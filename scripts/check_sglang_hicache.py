@@ -20,15 +20,29 @@ _storage_hit_query, _page_transfer with SGLang's StorageOperation, PrefetchOpera
 page hashes) over a host pool of torch tensors: a 6-page chain backed up as two radix
 nodes (4 + 2 pages) with and without "hicache_storage_pass_prefix_keys", one page
 evicted, and the pages prefetched back. An environment for that (SGLang's imports that
-cache_controller.py reaches, CPU torch):
+cache_controller.py reaches, CPU torch 2.13.0), on a machine without a GPU:
 
     python3.11 -m venv .venv-check
-    .venv-check/bin/pip install torch numpy orjson psutil pybase64 requests triton \
+    .venv-check/bin/pip install torch==2.13.0 torchvision==0.28.0 \
+        --index-url https://download.pytorch.org/whl/cpu
+    .venv-check/bin/pip install numpy orjson psutil pybase64 requests triton \
         packaging pillow starlette pydantic IPython aiohttp apache-tvm-ffi transformers \
-        torchvision dill sentencepiece compressed_tensors gguf
+        dill sentencepiece compressed_tensors gguf msgspec pyzmq
     .venv-check/bin/pip install --no-deps /tmp/sglang/sglang-0.5.23-*.whl
     .venv-check/bin/pip install -e .
     .venv-check/bin/python scripts/check_sglang_hicache.py /tmp/sglang/sglang-0.5.23-*.whl
+
+msgspec and pyzmq are imported by SGLang's managers (without them the controller cannot
+be imported and only the base checks run), triton by sglang.srt.utils (it installs and
+imports without a GPU). torchvision runs in none of these checks, but the controller's
+imports reach it (sglang.srt.configs' multimodal configs and transformers' image
+processors import torchvision.transforms), so it must be there and match torch: PyPI's
+torchvision is built against PyPI's CUDA torch and fails beside CPU torch with
+"RuntimeError: operator torchvision::nms does not exist". The CPU index above has both
+as CPU builds (torch 2.13.0+cpu, torchvision 0.28.0+cpu); installed first, the CPU torch
+satisfies what the second line's packages ask of torch, so pip leaves it. Where that
+index cannot be reached, a local torch-2.13.0+cpu wheel installs the same way, but
+torchvision then needs a CPU build of 0.28.0 from somewhere.
 
 Everything runs on the in-process store (memory://) and a temporary directory. Prints what
 it did; exit 1 on a mismatch.
@@ -36,6 +50,7 @@ it did; exit 1 on a mismatch.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import importlib
 import importlib.util
@@ -77,12 +92,33 @@ def installed_sglang(wheel: Path) -> bool:
         importlib.import_module("sglang.srt.managers.cache_controller")
     except Exception as error:  # anything SGLang's import chain raises without its deps
         print(f"SGLang's cache controller cannot be imported here ({type(error).__name__}: "
-              f"{error}): base checks only")
+              f"{error}): base checks only\n  to run them all: {missing_fix(error)}")
         return False
     if f"-{version}-" not in wheel.name:
         print(f"the installed SGLang is {version}, not the wheel's: base checks only")
         return False
     return True
+
+
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+CPU_TORCH = f"pip install torch==2.13.0 torchvision==0.28.0 --index-url {CPU_INDEX}"
+PIP_NAMES = {"zmq": "pyzmq", "PIL": "pillow", "tvm_ffi": "apache-tvm-ffi"}
+
+
+def missing_fix(error: BaseException) -> str:
+    """What to install for the error SGLang's import chain raised (see the docstring)."""
+    if isinstance(error, ModuleNotFoundError) and error.name:
+        top = error.name.partition(".")[0]
+        if top in ("torch", "torchvision"):
+            return f"module {top!r} is missing: {CPU_TORCH} (CPU builds, matching)"
+        if top == "sglang":
+            return ("SGLang is not installed: pip install --no-deps "
+                    "/tmp/sglang/sglang-0.5.23-*.whl")
+        return f"module {top!r} is missing: pip install {PIP_NAMES.get(top, top)}"
+    if "torchvision::" in str(error):
+        return ("torchvision does not match torch (PyPI's torchvision is a CUDA build, "
+                f"this torch is not): {CPU_TORCH}")
+    return "install what it names; the script's docstring lists the whole environment"
 
 
 def stand_ins() -> None:
@@ -331,8 +367,14 @@ def check_with_sglangs_controller(storage: Any, directory: str) -> None:
         backend.close()
 
 
-def main(wheel_name: str) -> int:
-    wheel = Path(wheel_name)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("wheel", type=Path, help="sglang-0.5.23-*.whl (pip download "
+                                                 "sglang==0.5.23 --no-deps)")
+    wheel = parser.parse_args(argv).wheel
+    if not wheel.is_file():
+        parser.error(f"no such wheel: {wheel}")
     full = installed_sglang(wheel)
     if not full:
         stand_ins()
@@ -353,6 +395,4 @@ def main(wheel_name: str) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main())

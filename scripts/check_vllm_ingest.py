@@ -67,6 +67,29 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def wait_until_bindable(*ports: int, deadline_s: float = 5.0) -> None:
+    """Until each port can be bound again on the wildcard address, as the publisher's
+    `tcp://*:port` does. ZeroMQ's close(linger=0) returns before its I/O thread has
+    closed the listening socket, so a publisher bound at once on the same port can get
+    EADDRINUSE. The probe sets SO_REUSEADDR, as libzmq does on its listeners, so
+    connections left in TIME_WAIT do not hold it up: only a port still listening does."""
+    end = time.monotonic() + deadline_s
+    for port in ports:
+        while True:
+            with contextlib.closing(socket.socket()) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind(("", port))
+                    break
+                except OSError as error:
+                    if time.monotonic() > end:
+                        raise RuntimeError(
+                            f"port {port} was still in use {deadline_s} s after the old "
+                            f"publisher's shutdown ({error}): cannot restart the publisher "
+                            "on the same endpoints") from error
+            time.sleep(0.005)
+
+
 # -- vLLM's module, from the wheel ---------------------------------------------------------
 
 
@@ -237,7 +260,9 @@ def run(kv_events: Any, url: str) -> None:
                           "sha": pods_for_prefix(index, sha),
                           "remote": pods_for_prefix(index, [0x7B00_0000_0000_0000])}
         # 4. the engine restarts: a new publisher on the same endpoints counts from 0 again
-        publisher.shutdown()
+        old, publisher = publisher, None  # shut down once, here, not again in `finally`
+        old.shutdown()
+        wait_until_bindable(port, replay_port)  # its sockets close after shutdown returns
         publisher = kv_events.ZmqEventPublisher(0, f"tcp://*:{port}", f"tcp://*:{replay_port}",
                                                 topic=TOPIC)
         publish(stored(chain[:1], None, prompt[:BLOCK_SIZE], group_idx=0))
@@ -245,7 +270,8 @@ def run(kv_events: Any, url: str) -> None:
     finally:
         ingester.send_signal(signal.SIGTERM)
         ingester.wait(DEADLINE_S)
-        publisher.shutdown()
+        if publisher is not None:
+            publisher.shutdown()
     print(log.read_text(errors="replace").strip())
     print()
     seen = counters(log)
