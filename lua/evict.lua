@@ -20,6 +20,7 @@
 -- own is re-scored there. Every key is declared in KEYS.
 -- Mode 'interior' (path-breaking eviction, only by option) takes the objects of a node
 -- that has children, which stays as a shell.
+-- uses: nodes
 -- KEYS: 1-7 the shard's keys, then the chosen nodes and declared parents
 -- ARGV: 1-3 header (_lib.lua), 4 soft pins allowed (0|1), 5 soft_pin_ttl_ms (0 = soft pins
 --       never lapse; else a soft pin lapses that long after the object's lease ended),

@@ -5,6 +5,7 @@
 -- node left empty is deleted and its unlink recorded and returned, as delete does. The
 -- event names the replicas dropped (`dropped`) and those left (`replicas`).
 -- Objects stored without replicas are not touched.
+-- uses: nodes
 -- KEYS: 1-7 the shard's keys, then the nodes
 -- ARGV: 1-3 header (_lib.lua), 4 segment (escaped), then 2 per item: node key index,
 --       node hash

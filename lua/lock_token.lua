@@ -3,6 +3,7 @@
 -- with the same token succeeds (a re-send after a lost reply finds its own lock); renew
 -- and release act only while the lock still holds our token (it may have expired and
 -- been taken by another worker meanwhile).
+-- uses:
 -- KEYS: 1 lock
 -- ARGV: 1 "acquire" | "renew" | "release", 2 token, 3 ttl ms (acquire, renew)
 -- Returns: 1 if taken, renewed or released, 0 if the lock is (or was) another owner's

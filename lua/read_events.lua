@@ -13,6 +13,7 @@
 -- moves on XDEL, never on a trim. After a loss the counter is set right (XGROUP SETID ...
 -- ENTRIESREAD), so one loss is reported once.
 --
+-- uses:
 -- KEYS: 1 the shard's events stream
 -- ARGV: 1 group ('' = no group: a plain reader), 2 consumer, 3 from: '>' new entries,
 --       an ID: this consumer's pending entries after it (group), or the reader's last ID

@@ -5,6 +5,7 @@
 -- The caller lists every node of the shard it scanned and the shard's write counter it
 -- saw before scanning; if any write script ran since, the list may be stale: nothing is
 -- changed and the caller scans again.
+-- uses: objects
 -- KEYS: 1-7 the shard's keys, then every node of the shard
 -- ARGV: 1-3 header (_lib.lua), 4 the write counter seen before the scan, then one node hash
 --       per node key

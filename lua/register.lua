@@ -1,6 +1,7 @@
 #!lua
 -- register: step 2 of path B (RegisterRadixTreeNode), for nodes of one shard: each node is
 -- linked to its parent, after checking that the object keys named for it are stored.
+-- uses: links
 -- KEYS: 1-7 the shard's keys, then the nodes
 -- ARGV: 1-3 header (_lib.lua), 4 batch id, then per item: node key index, node hash,
 --       parent hash ('' = none), link epoch, cycle-checked (0|1), key count k, k suffixes

@@ -2,6 +2,7 @@
 -- repair_node: fsck --repair for one node: recompute its counters from its own fields and
 -- put it in exactly the leaf index it belongs to. An empty node is deleted as any other
 -- (its unlink recorded and returned). The shard's stats are recount_shard's job.
+-- uses: nodes
 -- KEYS: 1-7 the shard's keys, 8 the node
 -- ARGV: 1-3 header (_lib.lua), 4 node hash
 -- Returns: {'repaired' | 'absent', intents: parent, child, epoch, ...}

@@ -7,6 +7,7 @@
 -- Mode 'break' (the caller found a cycle through this link): if the child still names the
 -- parent at epoch e, it becomes a root (parent cleared, fenced at its epoch) and the
 -- caller drops the parent's field.
+-- uses: nodes
 -- KEYS: 1-7 the shard's keys, then the child nodes
 -- ARGV: 1-3 header (_lib.lua), then 5 per item: node key index, child hash, parent hash,
 --       epoch, mode ('check'|'break')

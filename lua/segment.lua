@@ -3,6 +3,7 @@
 -- name -> '<state>,<capacity>,<mounted ms>,<heartbeat ms>,<sweep cursors>' where state is
 -- 'mounted' or 'unmounting' and the cursors ('' before a sweep; one per primary, ';'
 -- separated, 'x' = done) let an unmount resume where the last call stopped.
+-- uses:
 -- KEYS: 1 registry
 -- ARGV: 1 operation, 2 segment name, then per operation:
 --   mount <capacity>      add a mounted segment; 'EXISTS <state>' if it is registered

@@ -4,6 +4,7 @@
 -- segment can never leave a flag set after the unmount cleared it: the unmount leaves a
 -- tombstone x:<segment> = the generation it unmounted, and a flag of that generation or
 -- an older one is refused from then on. A later mount has a newer generation.
+-- uses:
 -- KEYS: 1 a shard's stats
 -- ARGV: 1 'mount' | 'unmount', 2 segment, 3 generation
 -- Returns: 1 if the flag was set (mount) or cleared (unmount), 0 if a mount was refused

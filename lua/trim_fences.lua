@@ -2,6 +2,7 @@
 -- trim_fences: drop the fences of one shard that are past the link epoch horizon (step 2
 -- refuses every epoch they could refuse anyway), keeping the shard's fence count exact.
 -- Run by the resolver for shards that hold fences.
+-- uses: core
 -- KEYS: 1-7 the shard's keys
 -- ARGV: 1-3 header (_lib.lua)
 -- Returns: the number of fences dropped

@@ -19,11 +19,13 @@ from mooncake_redis import Index, ObjectAlreadyExists
 from mooncake_redis.executor import CrossSlotCall
 from mooncake_redis.fsck import check
 from mooncake_redis.scripts import (
+    LAZY,
     LIBRARY,
     SCRIPT_NAMES,
     build_script,
     library_for,
     library_parts,
+    USES,
     read_lua,
     with_lazy_parts,
 )
@@ -229,3 +231,67 @@ def test_a_put_start_call_may_take_both_paths(redis_url: str) -> None:
     assert (stats["used_bytes"], stats["objects"], stats["nodes"]) == ("30", "2", "2")
     index.batch_put_end([f"{first}_0_k", f"{again}_0_k"])
     assert_consistent(index)
+
+
+def _code(text: str) -> str:
+    """Lua text without its comments and with its strings emptied."""
+    text = re.sub(r"--[^\n]*", "", text)
+    text = re.sub(r"'(?:\\.|[^'\\])*'", "''", text)
+    return re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
+
+
+def _top_level_names(text: str) -> set[str]:
+    """The names a library part defines: its column-0 `local` declarations."""
+    code = _code(text)
+    names = set(re.findall(r"^local function (\w+)", code, re.MULTILINE))
+    for declared in re.findall(r"^local ((?:\w+\s*,\s*)*\w+)\s*(?:=|$)", code, re.MULTILINE):
+        names.update(name.strip() for name in declared.split(","))
+    return names
+
+
+def _library_names_used(body: str, defined: set[str]) -> set[str]:
+    """The library's names a script body uses: identifiers (not fields) it does not
+    declare itself (locals, loop variables, parameters)."""
+    code = _code(body)
+    own = set(re.findall(r"\blocal function (\w+)", code))
+    for pattern in (r"\blocal ((?:\w+\s*,\s*)*\w+)", r"\bfor ((?:\w+\s*,\s*)*\w+)\s*(?:=|in)",
+                    r"\bfunction\s*\w*\s*\(([^)]*)\)"):
+        for names in re.findall(pattern, code):
+            own.update(name.strip() for name in names.split(",") if name.strip())
+    return (set(re.findall(r"(?<![\w.:])([A-Za-z_]\w*)", code)) - own) & defined
+
+
+def _names_missing(body: str) -> set[str]:
+    """Library names the body uses that the parts it names (uses and lazy, with what they
+    need) do not define."""
+    _, parts = library_parts()
+    defined = {name: _top_level_names(text) for name, (_, text) in parts.items()}
+    every = set().union(*defined.values())
+    named = []
+    for line in (USES.search(body), LAZY.search(body)):
+        named += line.group(1).split() if line else []
+    todo, brought = list(named), set()
+    while todo:
+        part = todo.pop()
+        if part not in brought:
+            brought.add(part)
+            todo.extend(parts[part][0])
+    given = set().union(*(defined[part] for part in brought)) if brought else set()
+    return _library_names_used(body, every) - given
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_every_script_names_the_library_parts_it_uses(name: str) -> None:
+    """Each script declares what it takes from lua/_lib.lua (a `-- uses:` line, empty for
+    none), and every library name it uses is defined by a part it names or one they need:
+    no script gets the whole library by default, nor leans on a part it did not name."""
+    body = read_lua(name)
+    assert USES.search(body), f"{name}.lua has no '-- uses:' line"
+    assert not _names_missing(body), f"{name}.lua uses {_names_missing(body)} unnamed"
+
+
+def test_a_script_that_leans_on_a_part_it_did_not_name_is_caught() -> None:
+    assert _names_missing("-- uses: leaves\nemit_event('stored', h, p, s, '1')\n") == \
+        {"emit_event"}
+    assert not _names_missing("-- uses: events\nlocal emit = 1\nemit_event(emit)\n")
+    assert _names_missing("-- uses:\nlocal x = num(1)\n") == {"num"}
