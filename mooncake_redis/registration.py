@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal, cast, get_args
 
 from .admission import default_shard_limit
 from .borrowing import borrow, charged_bytes
@@ -35,7 +36,21 @@ from .models import Result
 MAX_SENDS = 4
 """Sends of one item at most (a fenced or stale epoch, then a cycle walk, cost one each)."""
 
-NEEDS_WALK = "walk"
+LinkFlag = Literal["", "L", "C"]
+"""What put_start and register answer after 'OK': '' (no parent), 'L' (linked: the link
+existed, or no cycle can close through it, so the client confirms it) or 'C' (linked into
+a node with children from elsewhere: left pending for the resolver's cycle walk)."""
+NO_LINK: LinkFlag = ""
+LINKED: LinkFlag = "L"
+LEFT_FOR_RESOLVER: LinkFlag = "C"
+LINK_FLAGS: frozenset[str] = frozenset(get_args(LinkFlag))
+
+NEEDS_WALK: Literal["walk"] = "walk"
+"""An item whose step 2 was refused with CYCLE_CHECK: a cycle walk decides before it is
+sent again."""
+
+WriteState = Literal["", "L", "C", "walk"]
+"""'' (send it), 'walk' (NEEDS_WALK) or, once written, its link flag."""
 
 
 @dataclass(slots=True)
@@ -59,7 +74,7 @@ class Write:
     """The walk stayed in the node's shard: the shard's link counter when it began (sent
     as cycle-checked=1:<stamp>, so step 2 refuses to write if a link changed since)."""
     result: Result[None] | None = None
-    state: str = ""
+    state: WriteState = NO_LINK
     """'' (send it), 'walk' (a cycle walk decides), or the link flag of a written item."""
     min_epoch: int = 0
     epoch: int = 0
@@ -95,7 +110,7 @@ def write(ctx: Context, writes: list[Write], mode: str = "put") -> list[Result[N
         room = borrow(ctx, needs)
         again = [w for w in refused if ctx.shard(w.prefix_hash) in room]
         for w in again:
-            w.result, w.state = None, ""
+            w.result, w.state = None, NO_LINK
         _send_until_answered(ctx, again, mode, sends)
     _settle(ctx, writes, sends)
     return [w.result for w in writes]  # type: ignore[misc]  # every item has one now
@@ -211,8 +226,8 @@ def _send(ctx: Context, todo: list[Write], mode: str) -> _Sent:
         for w, outcome in calls.per_item(results):
             _record(w, outcome, sent.epoch)
         for w in calls.resent_tags(batch):
-            if w.state == "L":  # the lost first run may have linked it through the
-                w.state = "C"   # checked path: leave the link to the resolver's walk
+            if w.state == LINKED:  # the lost first run may have linked it through the
+                w.state = LEFT_FOR_RESOLVER  # checked path: leave it to the resolver's walk
     return sent
 
 
@@ -222,15 +237,18 @@ def _record(w: Write, outcome: object, epoch: int) -> None:
     if isinstance(outcome, str):  # the usual reply: no other check
         text = outcome
     elif isinstance(outcome, MooncakeRedisError):
-        w.state = ""
+        w.state = NO_LINK
         w.refuse(outcome)
         return
     else:
         text = str(outcome)
     if text.startswith("OK"):
-        w.state, w.result = text[2:], Result(w.key)
+        flag = text[2:]
+        if flag not in LINK_FLAGS:
+            raise AssertionError(f"a write script answered {text!r}")
+        w.state, w.result = cast(LinkFlag, flag), Result(w.key)
         return
-    w.state = ""
+    w.state = NO_LINK
     code, _, detail = text.removeprefix("MCERR_").partition(" ")
     if code == "FENCED":
         w.min_epoch = int(detail) + 1
@@ -265,13 +283,14 @@ def _settle(ctx: Context, writes: Sequence[Write], sends: Sequence[_Sent]) -> No
     the child's epoch to at least the link's, and no cycle can close through the link),
     left for the resolver (flag 'C': its walk confirms it), or settled at once (the
     resolver's own step: the child keeps it, raising its epoch, or it goes)."""
-    flags: dict[Link, str] = {}
+    flags: dict[Link, LinkFlag] = {}
     written_at: dict[Link, int] = {}
     for w in writes:
         state = w.state
         if state and w.parent and w.result is not None and w.result.error is None:
             link = (w.prefix_hash, w.parent)
-            flags[link] = "C" if state == "C" or flags.get(link) == "C" else "L"
+            flags[link] = LEFT_FOR_RESOLVER if LEFT_FOR_RESOLVER in (state, flags.get(link)) \
+                else LINKED
             epoch = written_at.get(link, 0)
             written_at[link] = w.epoch if w.epoch > epoch else epoch
     confirm: list[tuple[Link, int]] = []
@@ -279,9 +298,9 @@ def _settle(ctx: Context, writes: Sequence[Write], sends: Sequence[_Sent]) -> No
     for sent in sends:
         for link in sent.pending:
             flag = flags.get(link)
-            if flag == "C":
+            if flag == LEFT_FOR_RESOLVER:
                 continue
-            if flag == "L" and sent.epoch <= written_at[link]:
+            if flag == LINKED and sent.epoch <= written_at[link]:
                 confirm.append((link, sent.epoch))
             else:
                 settle.append((link, sent.epoch))
