@@ -15,6 +15,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+from mooncake_redis import Index
+from mooncake_redis.errors import InvalidArgument
+
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("mooncake_redis", "workers", "benchmarks", "scripts", "examples")
 ALLOWED_OWNERS = {"self", "ctx"}
@@ -63,3 +68,21 @@ def test_the_check_sees_a_leak() -> None:
     assert reaches_in("a = self.ctx.schema\nb = ctx.ctx\nc = index.context\n") == []
     assert exempt(ROOT / "mooncake_redis" / "eviction_cli.py")
     assert not exempt(ROOT / "mooncake_redis" / "data_plane.py")
+
+
+def test_the_public_members_give_what_the_index_uses(index: Index) -> None:
+    page = "ab" * 32
+    assert index.schema is index.ctx.schema
+    assert index.schema.shard(page) == index.ctx.shard(page)
+    assert index.split_key(f"{page}_0_k") == (page, "_0_k")
+    with pytest.raises(InvalidArgument):
+        index.split_key("")
+    seconds, microseconds = index.client.time()
+    assert abs(index.redis_time_ms() - (seconds * 1000 + microseconds // 1000)) < 60_000
+    index.put_start(f"{page}_0_k", 10)
+    batch = index.batch()
+    batch.command("HGET", index.schema.node(page), "p")
+    batch.command("EXISTS", index.schema.node(page))
+    assert batch.execute() == [None, 1]
+    pytest.importorskip("prometheus_client")
+    assert index.metrics_exporter().collector.sources == [index.ctx]
