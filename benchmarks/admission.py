@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from mooncake_redis import Index
 from mooncake_redis.admission import rebalance
 
-from .common import bench_server, open_index
+from .common import bench_server, namespace_context, open_index
 from .registration import pages_of
 
 CAPACITY = 10**12
@@ -31,7 +31,7 @@ KB = 1000
 
 def keys(run: str, count: int, index: Index, avoid: str | None = None) -> list[str]:
     pages = (page for page, _ in pages_of(zlib.crc32(run.encode()), 4 * count))
-    return [f"{page}_0_k" for page in pages if index.ctx.shard(page) != avoid][:count]
+    return [f"{page}_0_k" for page in pages if index.schema.shard(page) != avoid][:count]
 
 
 def per_call(calls: Sequence[Callable[[], object]]) -> float:
@@ -42,9 +42,9 @@ def per_call(calls: Sequence[Callable[[], object]]) -> float:
 
 
 def all_limit_in_first_shard(index: Index) -> str:
-    first = index.ctx.all_shards()[0]
-    for shard in index.ctx.all_shards():
-        index.client.hset(index.ctx.schema.shard_keys(shard).stats, "limit",
+    first = index.schema.shards[0]
+    for shard in index.schema.shards:
+        index.client.hset(index.schema.shard_keys(shard).stats, "limit",
                           CAPACITY if shard == first else 0)
     return first
 
@@ -69,7 +69,8 @@ def main() -> None:
                 index = open_index(server, namespace=f"keeper{count}-{run}",
                                    capacity_bytes=CAPACITY, shard_count=count)
                 index.batch_put_start([(k, KB) for k in keys(f"k{run}", 500, index)])
-                figures.append(per_call([lambda i=index: rebalance(i.ctx)] * 50))
+                ctx = namespace_context(index)
+                figures.append(per_call([lambda c=ctx: rebalance(c)] * 50))
     median = statistics.median
     print(f"put_start that fits its shard's limit: {median(fits) * 1e6:,.0f} us a put")
     print(f"put_start that borrows (refused, 3 round trips, sent again): "

@@ -109,7 +109,7 @@ def shard_spread(url: str) -> list[dict[str, Any]]:
     """Per master: the slots it serves, and how many of the namespace's shard tags fall in
     them."""
     index = Index.from_url(url, namespace=NAMESPACE)
-    client, schema = index.client, index.ctx.schema
+    client, schema = index.client, index.schema
     manager = client.nodes_manager
     shards = Counter(manager.get_node_from_slot(key_slot(schema.shard_keys(s).stats.encode())).name
                      for s in schema.shards)

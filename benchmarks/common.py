@@ -21,6 +21,7 @@ import redis
 from tqdm import tqdm
 
 from mooncake_redis import Index
+from mooncake_redis.context import Context as NamespaceContext
 from mooncake_redis.context import shared_scripts
 from mooncake_redis.executor import load_scripts
 
@@ -194,6 +195,13 @@ def open_index(server: RedisServer, namespace: str = NAMESPACE, **settings: Any)
     index = Index.from_url(server.url, namespace=namespace, **settings)
     load_scripts(index.client, shared_scripts().all)
     return index
+
+
+def namespace_context(index: Index) -> NamespaceContext:
+    """The index's namespace opened once more beside it, for benchmarks of the parts below
+    the Index (the evictor with a per-round hook, the keeper): same client, same stored
+    settings, nothing written at open."""
+    return NamespaceContext.open(index.client, index.namespace, read_only=True)
 
 
 def used_memory(client: redis.Redis) -> int:

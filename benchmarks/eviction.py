@@ -22,6 +22,7 @@ from .common import (
     bench_server,
     connect,
     latency,
+    namespace_context,
     open_index,
 )
 from .meter import Measured, measure
@@ -49,7 +50,8 @@ def timed_eviction(client: redis.Redis, index: Index, leaves: int,
     # Half an object of slack, so float rounding of the target never costs a leaf more.
     evicted_bytes = leaves * KEYS_PER_PAGE * OBJECT_BYTES - OBJECT_BYTES // 2
     target_ratio = (used - evicted_bytes) / used
-    return measure(client, lambda: Evictor(index.ctx).run(target_ratio, on_round=on_round))
+    ctx = namespace_context(index)
+    return measure(client, lambda: Evictor(ctx).run(target_ratio, on_round=on_round))
 
 
 def evict_leaves(context: Context, objects: int, leaves_per_round: int) -> dict[str, Any]:

@@ -61,7 +61,7 @@ def shard_settings() -> list[dict[str, int]]:
 
 def shard_count(index: Index) -> int:
     """How many shards the namespace's keys spread over."""
-    return len(index.ctx.all_shards())
+    return len(index.schema.shards)
 
 
 class FloorScripts:
@@ -75,7 +75,7 @@ class FloorScripts:
     def register(self, index: Index, pages: Sequence[Page], events_cap: int = 0) -> int:
         """Write one batch of pages (parents first) as the real scripts leave them, in
         the index's namespace and layout: one call. Returns the pages written."""
-        node = index.ctx.schema.node
+        node = index.schema.node
         args: list[Any] = [FLOOR_TOKEN, OBJECT_BYTES, events_cap, len(SUFFIXES), *SUFFIXES]
         for page, parent in pages:
             args += (node(page), node(parent) if parent else "")
@@ -84,7 +84,7 @@ class FloorScripts:
     def evict(self, index: Index, leaves: int, events_cap: int = 0) -> tuple[int, int]:
         """Evict `leaves` leaves (parents that become leaves included), the oldest of each
         shard first, EVICT_LEAVES_PER_CALL a call. Returns (leaves, objects)."""
-        namespace, count = index.ctx.schema.namespace, shard_count(index)
+        namespace, count = index.namespace, shard_count(index)
         evicted = objects = start = 0
         while evicted < leaves:
             got, freed, start = self.client.evalsha(
@@ -137,7 +137,7 @@ def layout_rows(client: redis.Redis, server: Any, context: Context, scripts: Flo
                                                       **setting)
                                            for name in ("floor", "floorev", "ours", "pathb"))
     shards = shard_count(path_a)
-    events_cap = path_a.ctx.settings.events_max_len
+    events_cap = path_a.settings.events_max_len
     groups = chunks(pages, size)
     warm_up(server, scripts, setting, label, pages_of(context.seed + 1, WARM_UP_PAGES))
 
@@ -193,7 +193,7 @@ def layout_rows(client: redis.Redis, server: Any, context: Context, scripts: Flo
     floor_events_evicted = measure(client, lambda: scripts.evict(floor_events, leaves,
                                                                  events_cap))
     ours_evicted = timed_eviction(client, path_a, leaves)
-    per_round = path_a.ctx.settings.leaves_per_round
+    per_round = path_a.settings.leaves_per_round
     for path, m, objects in [
             (f"floor: eviction ({EVICT_LEAVES_PER_CALL} leaves a call, cascade inside)",
              floor_evicted, floor_evicted.result[1]),

@@ -211,7 +211,7 @@ def command_costs(shards: int = SHARDS) -> dict[str, float]:
             checked(index.batch_put_end([key for key, _, _ in store]))
             checked(index.batch_put_start([(key, OBJECT_BYTES, parent)
                                            for key in page_keys(child)]))
-            keys = [index.ctx.schema.node(child), "costs:absent", "costs:scratch-hash",
+            keys = [index.schema.node(child), "costs:absent", "costs:scratch-hash",
                     "costs:scratch-zset", "costs:scratch-stream"]
             client = server.client
             base = client.script_load("return 1")

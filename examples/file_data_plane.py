@@ -36,7 +36,6 @@ from mooncake_redis.cli_support import (
     redis_url,
 )
 from mooncake_redis.data_plane import FileDataPlane, Page
-from mooncake_redis.matching import scan_objects
 
 SHARED_PAGES = 2
 """Every conversation starts with the same system prompt: this many pages of it."""
@@ -111,20 +110,20 @@ def run(plane: FileDataPlane, *, conversations: int, pages: int, page_bytes: int
         time.sleep(index.settings.lease_ttl_ms / 1000)
         plane.release()
     report.files_deleted, report.bytes_deleted = plane.deleted_files, plane.deleted_bytes
-    _tally(index, store, report)
+    _tally(plane, report)
     return report
 
 
-def _tally(index: Index, store: FileByteStore, report: Report) -> None:
+def _tally(plane: FileDataPlane, report: Report) -> None:
+    index, store = plane.index, plane.store
     files = store.files()
     report.files, report.bytes_on_disk = len(files), sum(files.values())
     segment = index.usage().segments.get(store.segment)
     report.segment_used_bytes = segment.used_bytes if segment else 0
     named = set()
-    for page in scan_objects(index.ctx):
-        for key, _, _ in page:
-            info = index.object_info(key)
-            for replica in info.replicas if info else ():
+    for shard in index.schema.shards:  # every stored object, shard by shard
+        for stored in plane.events.list_shard(shard):
+            for replica in stored.replicas:
                 if store.is_ours(replica):
                     named.add(replica.location)
                     report.objects += 1

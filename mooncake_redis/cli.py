@@ -64,7 +64,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     f"({plural(usage.objects, 'object')} in {plural(usage.nodes, 'node')}, "
                     "stored settings): the demo writes only into a fresh one. Pass --namespace "
                     "NEW, or --reset to delete its objects first")
-    return demo.run(index, args.conversations, args.turns, args.seed, args.depth)
+    return demo.run(index, args.conversations, args.turns, args.seed, args.depth,
+                    ctx=index.ctx)
 
 
 def cmd_stats(args: argparse.Namespace) -> int:

@@ -134,11 +134,11 @@ class FileDataPlane:
 
     def peek(self, keys: Sequence[str]) -> list[ObjectInfo | None]:
         """Per key, the stored object's metadata (no lease granted); None if absent."""
-        ctx = self.index.ctx
-        batch = ctx.batch()
-        targets = [ctx.split(key) for key in keys]
+        index = self.index
+        batch = index.batch()
+        targets = [index.split_key(key) for key in keys]
         for prefix_hash, suffix in targets:
-            batch.command("HGET", ctx.schema.node(prefix_hash), object_field(suffix))
+            batch.command("HGET", index.schema.node(prefix_hash), object_field(suffix))
         found = []
         for key, (prefix_hash, _), value in zip(keys, targets, batch.execute()):
             if isinstance(value, Exception):
@@ -175,15 +175,15 @@ class FileDataPlane:
         return run
 
     def _link_orphans(self, keys: Sequence[str], first_parent: str | None) -> None:
-        ctx = self.index.ctx
-        hashes = [ctx.split(key)[0] for key in keys]
+        index = self.index
+        hashes = [index.split_key(key)[0] for key in keys]
         parents = [first_parent, *hashes[:-1]]
         asked = [i for i, parent in enumerate(parents) if parent is not None]
         if not asked:
             return
-        batch = ctx.batch()
+        batch = index.batch()
         for i in asked:
-            batch.command("HGET", ctx.schema.node(hashes[i]), "p")
+            batch.command("HGET", index.schema.node(hashes[i]), "p")
         orphans = [i for i, recorded in zip(asked, batch.execute()) if recorded is None]
         if orphans:
             results = self.index.batch_register_radix_tree_node(
@@ -198,7 +198,7 @@ class FileDataPlane:
         events were lost (the streams are capped at events_max_len), its files that no
         stored object names are deleted instead."""
         total = Released()
-        now_ms = self.index.ctx.redis_time_ms()
+        now_ms = self.index.redis_time_ms()
         self._add(total, self.store.release(self.waiting, now_ms))
         self.waiting = total.waiting
         for item in self.events:  # follow=False: ends once every stream is read to its end
@@ -219,7 +219,7 @@ class FileDataPlane:
 
     def _shard_of(self, key: str) -> str | None:
         try:
-            return self.index.ctx.shard(self.index.ctx.split(key)[0])
+            return self.index.schema.shard(self.index.split_key(key)[0])
         except InvalidArgument:
             return None
 

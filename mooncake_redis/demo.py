@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from .context import Context
 from .fsck import check
 from .index import Index
 from .render import Views, human_bytes, plural, short
@@ -107,7 +108,7 @@ def is_fresh(index: Index) -> bool:
     records): nobody has used this namespace."""
     usage = index.usage()
     return not usage.objects and not usage.nodes and \
-        set(index.client.hkeys(index.ctx.schema.settings)) <= {"shard_count"}
+        set(index.client.hkeys(index.schema.settings)) <= {"shard_count"}
 
 
 def reset(index: Index) -> int:
@@ -118,8 +119,10 @@ def reset(index: Index) -> int:
     return index.usage().nodes
 
 
-def run(index: Index, conversations: int, turns: int, seed: int, depth: int) -> int:
-    """The whole demo on an index the caller checked is fresh (or reset); exit code."""
+def run(index: Index, conversations: int, turns: int, seed: int, depth: int, *,
+        ctx: Context) -> int:
+    """The whole demo on an index the caller checked is fresh (or reset); exit code. ctx:
+    the index's Context, for the fsck that closes the demo."""
     url = index.url or ""
     where = "the in-process memory:// store (this process only)" \
         if url.startswith("memory:") else safe_url(url)
@@ -139,7 +142,7 @@ def run(index: Index, conversations: int, turns: int, seed: int, depth: int) -> 
     print_usage(index)
 
     views = Views(index)
-    now_ms = index.ctx.redis_time_ms()
+    now_ms = index.redis_time_ms()
     first = report.served[0].chain
     print(f"\nThe tree under the first system-prompt page (depth {depth}):")
     print("\n".join(views.tree(first[0], max_depth=depth, max_nodes=60)))
@@ -154,7 +157,7 @@ def run(index: Index, conversations: int, turns: int, seed: int, depth: int) -> 
     node = index.get_node(page)
     if node is not None:
         print("\n".join(views.node(node, now_ms, show_replies=True)))
-    evict_and_check(index, report)
+    evict_and_check(index, report, ctx)
     return 0
 
 
@@ -165,7 +168,7 @@ def print_usage(index: Index) -> None:
           f"({usage.ratio:.2%})")
 
 
-def evict_and_check(index: Index, report: ServeReport) -> None:
+def evict_and_check(index: Index, report: ServeReport, ctx: Context) -> None:
     settings = index.settings
     used = index.usage().used_bytes
     capacity = int(used / (settings.high_watermark + SQUEEZE_ABOVE_WATERMARK))
@@ -189,7 +192,7 @@ def evict_and_check(index: Index, report: ServeReport) -> None:
           "shared prefixes stay usable):")
     for conversation, chain in chains.items():
         print(f"    chat {conversation}: {index.match_prefix(chain)}/{len(chain)} pages")
-    fsck = check(index.ctx)
+    fsck = check(ctx)
     state = "clean" if fsck.clean else ", ".join(f"{k}: {n}" for k, n in fsck.counts.items())
     print(f"  fsck: {state} ({plural(fsck.nodes, 'node')}, {plural(fsck.objects, 'object')}: "
           "every live page's parent is alive and lists it; counters and leaf index exact)")

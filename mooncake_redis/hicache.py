@@ -517,9 +517,7 @@ def _plane_from(config: Mapping[str, Any], consumer: str) -> FileDataPlane:
 def _serve_metrics(index: Index, port: int) -> None:
     """An exporter in SGLang's process: the namespace's gauges, and this process's counters
     (the backend's included)."""
-    from .metrics import Exporter
-
-    exporter = Exporter([index.ctx])
+    exporter = index.metrics_exporter()
     exporter.count_this_process()
     exporter.serve(port)
 

@@ -8,7 +8,7 @@ import functools
 import os
 from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import admission, objects, registration, segments, tree, waiting
 from .connection import connect, redact
@@ -17,6 +17,8 @@ from .deletion import delete_objects
 from .errors import InvalidArgument, RadixTreeDisabled
 from .events import Consumer
 from .eviction import EvictionReport, Evictor
+from .executor import Batch
+from .keys import KeySchema
 from .links import ResolverReport, resolve
 from .matching import compile_pattern, scan_objects
 from .models import NodeInfo, ObjectInfo, Replica, Result, Usage, raise_first
@@ -33,6 +35,9 @@ from .validation import (
     check_wait_ms,
 )
 from .values import HARD_PIN, SOFT_PIN, pack_replicas
+
+if TYPE_CHECKING:
+    from .metrics import Exporter
 
 NodeRegistration = tuple[str, "str | None", Sequence[str]]
 """(prefix hash, parent hash or None, object keys stored under it)"""
@@ -86,6 +91,38 @@ class Index:
     def settings(self) -> Settings:
         """The namespace's settings (re-read every settings_refresh_seconds)."""
         return self.ctx.settings
+
+    @property
+    def schema(self) -> KeySchema:
+        """The namespace's key names (keys.KeySchema): the Redis key of each node, setting,
+        shard stats hash and events stream, and the shard a prefix hash is in
+        (`schema.shard`, `schema.shards`: as many as the namespace's shard_count)."""
+        return self.ctx.schema
+
+    def redis_time_ms(self) -> int:
+        """Redis's clock (TIME) in ms: the clock of leases, eviction scores and events."""
+        return self.ctx.redis_time_ms()
+
+    def split_key(self, key: str) -> tuple[str, str]:
+        """(prefix hash, suffix) of an object key under the namespace's prefix extractor;
+        raises InvalidArgument for a key the namespace cannot store."""
+        return self.ctx.split(key)
+
+    def batch(self) -> Batch:
+        """A batch of plain Redis commands (`command(...)`, then `execute()`: the replies in
+        order, errors in place) sent the way the index sends its own: by key to the node
+        that serves it, reads re-sent after a lost reply (writes only if retry_safe), the
+        cleanups this client owes first. For parts that keep data of their own beside the
+        namespace's (the vLLM ingester's token maps) or read it raw (a data plane)."""
+        return self.ctx.batch()
+
+    def metrics_exporter(self) -> Exporter:
+        """A Prometheus exporter of this namespace's gauges (mooncake_redis.metrics; needs
+        the `metrics` extra): `count_this_process()` adds this process's counters,
+        `serve(port)` serves them."""
+        from .metrics import Exporter
+
+        return Exporter([self.ctx])
 
     def set_config(self, **changes: Any) -> Settings:
         """Change namespace settings for every client of the namespace."""

@@ -76,7 +76,7 @@ class Views:
 
     def __init__(self, index: Index):
         self.index = index
-        self.schema = index.ctx.schema
+        self.schema = index.schema
         self.cli = RedisCli.for_url(index.url) if index.url else None
 
     def raw_commands(self, commands: Sequence[Sequence[str]], show_replies: bool = False

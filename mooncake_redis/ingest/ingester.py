@@ -19,7 +19,7 @@ def stored_position(index: Index, pod: str) -> tuple[int, str | None] | None:
     """The last batch an earlier run of the pod's ingester applied, with its digest (None
     from releases that stored the number alone), as "<seq> <digest>"; None: none, or
     forgotten by --reset."""
-    stored = index.client.get(index.ctx.schema.ingest_position(pod))
+    stored = index.client.get(index.schema.ingest_position(pod))
     seq, _, digest = str(stored or "").partition(" ")
     return (int(seq), digest or None) if seq.isdigit() else None
 
@@ -29,7 +29,7 @@ class Ingester:
         self.feed = feed
         self.writer = writer
         self.log_every = log_every
-        self.position_key = writer.index.ctx.schema.ingest_position(writer.pod)
+        self.position_key = writer.index.schema.ingest_position(writer.pod)
         self.applied = Applied()
         self.batches = 0
         """Batches applied."""

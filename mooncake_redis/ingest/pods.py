@@ -43,6 +43,7 @@ from typing import Any
 from ..errors import ConfigurationError, InvalidArgument, ObjectAlreadyExists, ObjectNotFound
 from ..index import Index
 from ..models import Result
+from ..prefix import extractor_named
 from .tokens import token_block_hashes, token_prefix_hash
 from .vllm_events import (
     LOCAL,
@@ -166,9 +167,10 @@ class PodWriter:
         self._registered: set[str] = set()
         self._token_cache: OrderedDict[str, int] = OrderedDict()
         sample = prefix_hash_of(0)
-        if not index.ctx.extractor.is_hash(sample):
+        extractor = extractor_named(index.settings.prefix_extractor)
+        if not extractor.is_hash(sample):
             raise ConfigurationError(
-                f"namespace {index.namespace!r} uses the {index.ctx.extractor.name!r} prefix "
+                f"namespace {index.namespace!r} uses the {extractor.name!r} prefix "
                 "rule, under which a block's 64-hex hash cannot be a parent; ingest into a "
                 "namespace with the 'rfc' rule (the default)")
 
@@ -199,7 +201,7 @@ class PodWriter:
         pod = self.pod.replace(".", r"\.")
         removed = self.index.remove_by_regex(rf"^[0-9a-f]{{64}}{POD_MARK}{pod}{_HOLDER_TAIL}$",
                                              force=True)
-        schema = self.index.ctx.schema
+        schema = self.index.schema
         mine = re.compile(pod + _HOLDER_TAIL)
         holders = [h for h in self.index.client.smembers(schema.pod_holders)
                    if mine.fullmatch(h)]
@@ -297,11 +299,10 @@ class PodWriter:
             else:
                 missing.setdefault(holder, []).append(prefix_hash)
         if missing:
-            ctx = self.index.ctx
-            batch = ctx.batch()
+            batch = self.index.batch()
             asked = [(holder, sorted(set(hashes))) for holder, hashes in missing.items()]
             for holder, hashes in asked:
-                batch.command("HMGET", ctx.schema.token_hashes(holder),
+                batch.command("HMGET", self.index.schema.token_hashes(holder),
                               *(h[:16] for h in hashes))
             for (_, hashes), values in zip(asked, batch.execute()):
                 for prefix_hash, value in zip(hashes, _unwrap(values)):
@@ -370,12 +371,12 @@ class PodWriter:
                 lost.setdefault(change.holder, []).append(change.prefix_hash[:16])
         if not (gained or lost or commands):
             return
-        ctx = self.index.ctx
-        batch = ctx.batch()
+        schema = self.index.schema
+        batch = self.index.batch()
         for holder, pairs in gained.items():
-            batch.command("HSET", ctx.schema.token_hashes(holder), *pairs, retry_safe=True)
+            batch.command("HSET", schema.token_hashes(holder), *pairs, retry_safe=True)
         for holder, fields_lost in lost.items():
-            batch.command("HDEL", ctx.schema.token_hashes(holder), *fields_lost,
+            batch.command("HDEL", schema.token_hashes(holder), *fields_lost,
                           retry_safe=True)
         for command in commands:
             batch.command(*command, retry_safe=True)
@@ -386,7 +387,7 @@ class PodWriter:
         """Name new holders in the namespace's holder set (once per process and holder)."""
         new = holders - self._registered
         if new:
-            self.index.client.sadd(self.index.ctx.schema.pod_holders, *sorted(new))
+            self.index.client.sadd(self.index.schema.pod_holders, *sorted(new))
             self._registered |= new
 
     @staticmethod
@@ -427,16 +428,16 @@ def pods_for_tokens(index: Index, token_ids: Sequence[int], block_size: int
 
 
 def _holders_of_chain(index: Index, chain: Sequence[str]) -> list[tuple[str, int]]:
-    ctx = index.ctx
-    alive = set(_unwrap(ctx.read("SMEMBERS", ctx.schema.pod_holders))) if chain else set()
+    alive = set(_unwrap(_read(index, "SMEMBERS", index.schema.pod_holders))) if chain \
+        else set()
     runs: dict[str, int] = {}
     for start, end in ((0, PROBE), (PROBE, len(chain))):
         if not alive or start >= end:
             break
         asked = sorted(alive)
-        batch = ctx.batch()
+        batch = index.batch()
         for prefix_hash in chain[start:end]:
-            batch.command("HMGET", ctx.schema.node(prefix_hash),
+            batch.command("HMGET", index.schema.node(prefix_hash),
                           *(_FIELD_MARK + holder for holder in asked))
         for depth, values in enumerate(batch.execute(), start=start + 1):
             alive &= {h for h, value in zip(asked, _unwrap(values)) if value is not None}
@@ -444,6 +445,14 @@ def _holders_of_chain(index: Index, chain: Sequence[str]) -> list[tuple[str, int
                 break
             runs.update(dict.fromkeys(alive, depth))
     return sorted(runs.items(), key=lambda run: (-run[1], run[0]))
+
+
+def _read(index: Index, *command: Any) -> Any:
+    """One read-only command, re-sent if its reply is lost (as the index's own reads)."""
+    batch = index.batch()
+    batch.command(*command)
+    (reply,) = batch.execute()
+    return reply
 
 
 def _unwrap(reply: object) -> list:  # type: ignore[type-arg]

@@ -441,7 +441,7 @@ class MooncakeDistributedStore:
         if not key or len(quote(key, safe="")) > MAX_ENCODED_KEY:
             return False
         try:
-            state.index.ctx.split(key)
+            state.index.split_key(key)
         except InvalidArgument:
             return False
         return True

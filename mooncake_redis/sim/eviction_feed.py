@@ -16,9 +16,9 @@ O(capacity) per job where the streams cost O(objects that changed).
 
 from __future__ import annotations
 
-from mooncake_redis.context import Context
 from mooncake_redis.errors import EventsLost
 from mooncake_redis.events import EVICTED, STORED, Event
+from mooncake_redis.index import Index
 from mooncake_redis.settings import Settings
 
 
@@ -39,15 +39,15 @@ def _next_id(entry_id: str) -> str:
 class EventFeed:
     """Reads one namespace's events streams; the caller is the namespace's only writer."""
 
-    def __init__(self, ctx: Context) -> None:
-        self._ctx = ctx
-        self._streams = {shard: ctx.schema.shard_keys(shard).events
-                         for shard in ctx.all_shards()}
+    def __init__(self, index: Index) -> None:
+        self._index = index
+        self._streams = {shard: index.schema.shard_keys(shard).events
+                         for shard in index.schema.shards}
         self._stored_expected = 0
 
     def skip_history(self) -> None:
         """Forget every event so far (an emptied namespace still holds its removals)."""
-        batch = self._ctx.batch()
+        batch = self._index.batch()
         for stream in self._streams.values():
             batch.command("XTRIM", stream, "MAXLEN", 0, retry_safe=True)
         batch.execute()
@@ -60,11 +60,11 @@ class EventFeed:
     def read(self, evicted_objects: int) -> list[Event]:
         """The objects evicted since the last read; `evicted_objects` is how many the jobs
         since then reported. Raises EventsLost when the counts do not match."""
-        batch = self._ctx.batch()
+        batch = self._index.batch()
         for stream in self._streams.values():
             batch.command("XRANGE", stream, "-", "+")
         stored, evicted, other = 0, [], []
-        trim = self._ctx.batch()
+        trim = self._index.batch()
         for (shard, stream), entries in zip(self._streams.items(), batch.execute()):
             if not entries:
                 continue
@@ -82,7 +82,7 @@ class EventFeed:
         expected_stored, self._stored_expected = self._stored_expected, 0
         if other or stored != expected_stored or len(evicted) != evicted_objects:
             raise EventsLost(
-                f"the events streams of {self._ctx.schema.namespace!r} hold {stored} stored "
+                f"the events streams of {self._index.namespace!r} hold {stored} stored "
                 f"and {len(evicted)} evicted objects since the last read (expected "
                 f"{expected_stored} and {evicted_objects}) and {len(other)} other events: "
                 "raise events_max_len, or keep other clients off the namespace")

@@ -148,7 +148,7 @@ class ServiceReplay:
         """Tracked here (this replay is the namespace's only writer), so the watermark check
         needs no usage() round trip over every shard per request."""
         self.orphans = OrphanMeter(self.pages.trace.parents, self.stored)
-        self.feed = EventFeed(self.index.ctx)
+        self.feed = EventFeed(self.index)
         self.feed.skip_history()
         self._page_of = {page_hash: page for page, page_hash in enumerate(self.pages.hashes)}
         self._tree = self.index.settings.enable_radix_tree
@@ -163,7 +163,7 @@ class ServiceReplay:
             raise_first(results)
             self._past(max(result.value.lease_ms for result in results if result.value))
         self._store(chain)
-        self._past(self.index.ctx.redis_time_ms())  # this request's stamps: all earlier
+        self._past(self.index.redis_time_ms())  # this request's stamps: all earlier
         if self.used_bytes > self.index.settings.high_watermark * self.capacity_bytes:
             self._evict(need_bytes=0)
         counters.requests += 1
@@ -180,7 +180,7 @@ class ServiceReplay:
         stamps are then all later), whatever the machine's speed. Without it the order of
         leaves stamped in one millisecond (a tie, broken by hash) changed from run to run
         with the load. Costs a millisecond or two a request."""
-        while self.index.ctx.redis_time_ms() <= ms:
+        while self.index.redis_time_ms() <= ms:
             time.sleep(0.0002)
 
     def _keys(self, page: int) -> list[str]:
