@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..connection import SUPPORTED_SCHEMES, redact
+from ..connection import SUPPORTED_SCHEMES
 from ..errors import SetupError
 from ..settings import DEFAULT_NAMESPACE, ENV_NAMESPACE, ENV_PREFIX, ENV_URL
+from ..urls import redact
 
 ENV_DATA_DIR = ENV_PREFIX + "DATA_DIR"
 """The directory under which every store of a namespace keeps its segment's files."""
