@@ -33,7 +33,7 @@ from .cli_support import (
     redis_url,
     url_of,
 )
-from .errors import MooncakeRedisError
+from .errors import AmbiguousHash, MooncakeRedisError, NoSuchHash
 from .index import Index
 from .matching import scan_node_keys
 from .prefix import PREFIX_HASH_LENGTH
@@ -112,14 +112,6 @@ def admission_limits(index: Index) -> str:
 
 
 HASH_PREFIX = re.compile(rf"[0-9a-f]{{{MIN_HASH_PREFIX},{PREFIX_HASH_LENGTH - 1}}}")
-
-
-class AmbiguousHash(MooncakeRedisError):
-    """A hash prefix that more than one node's hash begins with."""
-
-
-class NoSuchHash(MooncakeRedisError):
-    """A hash prefix that no node's hash begins with."""
 
 
 def full_hash(index: Index, text: str) -> str:

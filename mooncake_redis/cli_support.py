@@ -15,13 +15,13 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from .connection import PASSWORD_HINT, SUPPORTED_SCHEMES, password_of, redact
-from .errors import ConfigurationError, MooncakeRedisError
+from .connection import PASSWORD_HINT, SUPPORTED_SCHEMES
+from .errors import ConfigurationError, NamespaceNotFound
 from .index import Index
 from .keys import KeySchema
 from .namespaces import namespace_exists
 from .settings import DEFAULT_NAMESPACE, DEFAULT_URL, ENV_NAMESPACE, ENV_URL
-from .urls import secrets_of
+from .urls import password_of, redact, secrets_of
 
 OK, FINDING, USAGE = 0, 1, 2
 FAILURE = FINDING  # a runtime error exits 1 like a finding: 2 means the command line is wrong
@@ -32,11 +32,6 @@ def url_of(args: argparse.Namespace) -> str:
 
 def namespace_of(args: argparse.Namespace) -> str:
     return args.namespace or os.environ.get(ENV_NAMESPACE) or DEFAULT_NAMESPACE
-
-
-class NamespaceNotFound(MooncakeRedisError):
-    """A command that reads a namespace found nothing of it: no settings, no segments, no
-    shard stats (a mistyped --namespace looks like an empty store otherwise)."""
 
 
 def open_index(args: argparse.Namespace, read_only: bool = False, namespace: str | None = None,

@@ -1,5 +1,5 @@
-"""The `config` command: show a namespace's settings, and change them (the one explicit
-writer of `<ns>:settings` besides Index.set_config)."""
+"""The `config` command: show a namespace's settings, and change or reset them through
+Index.set_config / reset_config (configuration.py has the rules; nothing is written here)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""Changing namespace settings: the one writer of `<ns>:settings` (set_config and
-`mooncake-redis config set`), with the rules that keep a live namespace consistent."""
+"""Changing stored namespace settings: Index.set_config and reset_config (which
+`mooncake-redis config set` / `config reset` call) come here, with the rules that keep a
+live namespace consistent. The one place a stored setting is changed or dropped
+(Context.store_settings does the HSET, for change_settings only); Context.open only
+fills in settings not stored yet."""
 
 from __future__ import annotations
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import threading
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
 from .errors import ConfigurationError
+from .urls import password_of, redact
 
 SUPPORTED_SCHEMES = ("memory", "redis", "redis+cluster", "rediss", "unix")
 
@@ -79,39 +80,3 @@ def is_in_process(client: Any) -> bool:
 
 PASSWORD_HINT = ("it does not parse; percent-encode any of : / ? # @ % and spaces in the "
                  "password (urllib.parse.quote(password, safe=''))")
-
-
-def password_of(url: object) -> str | None:
-    """The password in a URL's userinfo, as written (None if it has none). The userinfo
-    runs from the scheme to the LAST '@': a password may hold any character, even an
-    unencoded '#', '?', '/' or '@' that a URL parser would take for a delimiter, and must
-    be found all the same to be kept out of messages."""
-    text = str(url)
-    userinfo, at, _ = text.partition("://")[2].rpartition("@") if "://" in text \
-        else text.rpartition("@")
-    if not at:
-        return None
-    if ":" not in userinfo:
-        return None if "://" in text else userinfo  # no scheme: take it all for a secret
-    return userinfo.split(":", 1)[1]
-
-
-def redact(url: object) -> str:
-    """The URL with any password (in its userinfo, or a password= query parameter)
-    replaced by ***, safe for error messages and logs."""
-    text = str(url)
-    if password_of(text) is not None:
-        head, separator, rest = text.partition("://")
-        userinfo, _, hosts = (rest if separator else head).rpartition("@")
-        user = userinfo.split(":", 1)[0] if ":" in userinfo else ""
-        text = f"{head}{separator}{user}:***@{hosts}" if separator else f"***@{hosts}"
-    try:
-        parts = urlsplit(text)
-    except ValueError:
-        return "<unparseable URL>"
-    if "password=" not in parts.query.lower():
-        return text
-    query = "&".join(f"{name}=***" if name.lower() == "password" else f"{name}{equals}{value}"
-                     for name, equals, value in (item.partition("=")
-                                                 for item in parts.query.split("&")))
-    return urlunsplit(parts._replace(query=query))

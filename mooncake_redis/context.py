@@ -301,6 +301,8 @@ class Context:
         return settings
 
     def store_settings(self, changes: Mapping[str, Any]) -> Settings:
+        """Write changes to stored settings; configuration.change_settings, which checks
+        them first, is the one caller."""
         new = settings_from(changes, base=self.reload_settings())
         values = {name: encode(getattr(new, name)) for name in changes}
         if values:

@@ -1,10 +1,20 @@
-"""One exception tree for every error mooncake-redis raises."""
+"""Every exception class of the package, in one place.
+
+MooncakeRedisError is the root of the one tree of errors the library raises (first
+below, then the few that only the CLI, the ingester and the executor's own key check
+raise). After it, the errors of the Mooncake drop-in and of the simulator, which keep
+their builtin bases (Exception, ValueError, RuntimeError) and are not in the tree.
+This module imports nothing of the package, so that every module can import it.
+"""
 
 from __future__ import annotations
 
+# The library: what Index and the modules under it raise to their callers.
+
 
 class MooncakeRedisError(Exception):
-    """Root of every error this package raises; catch it to catch them all."""
+    """Root of every error the library raises to its callers; catch it to catch them all
+    (the Mooncake drop-in's SetupError and the simulator's errors, below, are not in it)."""
 
     code = "ERROR"
 
@@ -176,6 +186,70 @@ class EventsLost(MooncakeRedisError):
         """The shard ("00".."ff") whose stream lost them; None when several may have."""
         self.count = count
         """How many were lost; None when that cannot be known."""
+
+
+
+# The executor's own check, before a script is sent (executor.py, scripts.py).
+
+
+class CrossSlotCall(ScriptError):
+    """A script got keys of two shard tags: a bug that Redis Cluster would refuse with
+    CROSSSLOT, caught here on a single Redis too."""
+
+
+# The command line (cli.py, cli_support.py): `main` prints them and exits 1.
+
+
+class NamespaceNotFound(MooncakeRedisError):
+    """A command that reads a namespace found nothing of it: no settings, no segments, no
+    shard stats (a mistyped --namespace looks like an empty store otherwise)."""
+
+
+class AmbiguousHash(MooncakeRedisError):
+    """A hash prefix that more than one node's hash begins with."""
+
+
+class NoSuchHash(MooncakeRedisError):
+    """A hash prefix that no node's hash begins with."""
+
+
+# The vLLM ingester (ingest/vllm_events.py, ingest/ingester.py).
+
+
+class InvalidEvent(MooncakeRedisError):
+    """A payload (or one event of it) that is not what vLLM publishes."""
+
+
+# Outside the tree: the Mooncake drop-in (mooncake/), whose setup() returns the code.
+
+
+class SetupError(Exception):
+    """setup() refuses: the code it returns and the reason it logs."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+# Outside the tree: the simulator (sim/).
+
+
+class TraceFormatError(ValueError):
+    """A trace line that is not a Mooncake request; names the file and the 1-based line."""
+
+    def __init__(self, source: str, line: int, problem: str) -> None:
+        super().__init__(f"{source}:{line}: {problem}")
+        self.source = source
+        self.line = line
+        self.problem = problem
+
+
+class ReplayDiverged(RuntimeError):
+    """The store holds other pages than the replay knows it stored and eviction left."""
+
+
+class SimulationError(RuntimeError):
+    """A policy could not free space the runner needed."""
 
 
 _BY_CODE: dict[str, type[MooncakeRedisError]] = {

@@ -34,6 +34,7 @@ from redis.cluster import ClusterNode, RedisCluster
 
 from .errors import (
     ClusterUnavailable,
+    CrossSlotCall,
     MooncakeRedisError,
     OutcomeUnknown,
     PermissionDenied,
@@ -116,11 +117,6 @@ def tag_of(key: str) -> str:
         if end > start + 1:
             return key[start + 1:end]
     return key
-
-
-class CrossSlotCall(ScriptError):
-    """A script got keys of two shard tags: a bug that Redis Cluster would refuse with
-    CROSSSLOT, caught here on a single Redis too."""
 
 
 class Batch:

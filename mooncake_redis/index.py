@@ -11,7 +11,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from . import admission, objects, registration, segments, tree, waiting
-from .connection import connect, redact
+from .connection import connect
 from .context import Context
 from .deletion import delete_objects
 from .errors import InvalidArgument, RadixTreeDisabled
@@ -25,6 +25,7 @@ from .models import NodeInfo, ObjectInfo, Replica, Result, Usage, raise_first
 from .observers import count_refusals
 from .segment_registry import Segment
 from .settings import DEFAULT_NAMESPACE, DEFAULT_URL, ENV_NAMESPACE, ENV_URL, Settings
+from .urls import redact
 from .validation import (
     check_depth,
     check_flag,

@@ -11,9 +11,9 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from .cli_support import OK, at_least, fail, namespace_name, namespace_of, open_index, url_of
-from .connection import redact
 from .errors import ConfigurationError
 from .logs import configure_logging
+from .urls import redact
 
 if TYPE_CHECKING:
     from .metrics import Exporter

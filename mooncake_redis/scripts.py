@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from typing import Any, Generic, TypeVar
 
-from .executor import Batch, CrossSlotCall, LuaScript
+from .errors import CrossSlotCall
+from .executor import Batch, LuaScript
 from .keys import KeySchema
 
 T = TypeVar("T")

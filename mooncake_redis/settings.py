@@ -1,10 +1,11 @@
 """Namespace settings (shared through `<ns>:settings`) and client options (per process).
 
 Settings are data: numbers, flags and the NAME of a prefix extractor, each validated
-against its range. Only an explicit `set_config` (or `mooncake-redis config set`) changes
-a stored setting. Opening an Index fills in settings not stored yet from its arguments
-and the environment, and reports (warning, or error with strict=True) where they differ
-from what is stored: the stored value wins.
+against its range; this module defines them, their defaults, ranges, environment
+variables and stored form, and writes nothing. Only `set_config` / `reset_config`
+(configuration.py) change a stored setting. Opening an Index (Context.open) fills in
+settings not stored yet from its arguments and the environment, and reports (warning, or
+error with strict=True) where they differ from what is stored: the stored value wins.
 """
 
 from __future__ import annotations

@@ -1,28 +1,55 @@
-"""URLs in the CLI's output: with every password masked, and as the redis-cli flags that
-reach the same Redis (never with its password)."""
+"""Redis URLs as text: with every password masked (`redact`, for error messages, logs and
+the CLI's output), the passwords a URL carries, and the redis-cli flags that reach the
+same Redis (never with its password). Imports nothing of the package: connection.py and
+every module that prints a URL use it."""
 
 from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from urllib.parse import parse_qs, unquote, urlsplit
-
-from .connection import password_of, redact
+from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 _SECRET_QUERY_NAMES = ("password",)
 
 
-def safe_url(url: str) -> str:
-    """The URL for output: redact()'s password masking, plus any password given as a query
-    parameter (redis-py accepts ?password=...)."""
-    text = redact(url)
-    parts = urlsplit(text)
-    if not parts.query:
+def password_of(url: object) -> str | None:
+    """The password in a URL's userinfo, as written (None if it has none). The userinfo
+    runs from the scheme to the LAST '@': a password may hold any character, even an
+    unencoded '#', '?', '/' or '@' that a URL parser would take for a delimiter, and must
+    be found all the same to be kept out of messages."""
+    text = str(url)
+    userinfo, at, _ = text.partition("://")[2].rpartition("@") if "://" in text \
+        else text.rpartition("@")
+    if not at:
+        return None
+    if ":" not in userinfo:
+        return None if "://" in text else userinfo  # no scheme: take it all for a secret
+    return userinfo.split(":", 1)[1]
+
+
+def redact(url: object) -> str:
+    """The URL with any password (in its userinfo, or a password= query parameter)
+    replaced by ***, safe for error messages and logs."""
+    text = str(url)
+    if password_of(text) is not None:
+        head, separator, rest = text.partition("://")
+        userinfo, _, hosts = (rest if separator else head).rpartition("@")
+        user = userinfo.split(":", 1)[0] if ":" in userinfo else ""
+        text = f"{head}{separator}{user}:***@{hosts}" if separator else f"***@{hosts}"
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        return "<unparseable URL>"
+    if "password=" not in parts.query.lower():
         return text
-    query = "&".join(
-        f"{name}=***" if name.lower() in _SECRET_QUERY_NAMES else f"{name}={value}"
-        for name, _, value in (item.partition("=") for item in parts.query.split("&")))
-    return parts._replace(query=query).geturl()
+    query = "&".join(f"{name}=***" if name.lower() == "password" else f"{name}{equals}{value}"
+                     for name, equals, value in (item.partition("=")
+                                                 for item in parts.query.split("&")))
+    return urlunsplit(parts._replace(query=query))
+
+
+safe_url = redact
+"""The name the CLI's output calls redact by."""
 
 
 def secrets_of(url: str) -> list[str]:

@@ -7,10 +7,11 @@ import logging
 import threading
 from dataclasses import asdict
 
+from ..errors import InvalidEvent
 from ..index import Index
 from .feed import Feed
 from .pods import Applied, PodWriter
-from .vllm_events import InvalidEvent, decode_batch
+from .vllm_events import decode_batch
 
 log = logging.getLogger("mooncake_redis.ingest")
 

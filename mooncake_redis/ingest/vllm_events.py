@@ -22,7 +22,7 @@ from typing import Any
 
 import blake3
 
-from ..errors import MooncakeRedisError
+from ..errors import InvalidEvent
 
 BlockHash = bytes | int
 """vLLM's ExternalBlockHash: the block's sha256 (32 bytes), or with
@@ -37,10 +37,6 @@ LOCAL = "LOCAL"
 publisher reaches but does not hold) is not a block the pod holds."""
 PROBLEMS_KEPT = 3
 """How many reasons of refused events a batch keeps for the log."""
-
-
-class InvalidEvent(MooncakeRedisError):
-    """A payload (or one event of it) that is not what vLLM publishes."""
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..connection import SUPPORTED_SCHEMES, redact
+from ..connection import SUPPORTED_SCHEMES
+from ..errors import SetupError
 from ..settings import DEFAULT_NAMESPACE, ENV_NAMESPACE, ENV_PREFIX, ENV_URL
+from ..urls import redact
 
 ENV_DATA_DIR = ENV_PREFIX + "DATA_DIR"
 """The directory under which every store of a namespace keeps its segment's files."""
@@ -45,14 +47,6 @@ _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 2
 _HEX = re.compile(r"\s*([+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)"
                   r"(?:[pP][+-]?\d+)?)")
 _DECIMAL = re.compile(r"\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)")
-
-
-class SetupError(Exception):
-    """setup() refuses: the code it returns and the reason it logs."""
-
-    def __init__(self, code: int, message: str):
-        super().__init__(message)
-        self.code = code
 
 
 def parse_size(text: str) -> int | None:

@@ -35,6 +35,7 @@ from ..errors import (
     LinkContention,
     ObjectAlreadyExists,
     SegmentNotMounted,
+    SetupError,
 )
 from ..index import Index
 from ..models import Replica
@@ -46,7 +47,7 @@ from .codes import FAILURES, ErrorCode, code_of
 from .keeper import INTERVAL_S, Keeper, mount
 from .replicate_config import ReplicateConfig, SoftPinAction
 from .segment_files import SegmentFiles, remove_files
-from .setup_options import SetupError, SetupOptions
+from .setup_options import SetupOptions
 
 log = logging.getLogger(__name__)
 

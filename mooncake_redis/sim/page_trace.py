@@ -9,7 +9,8 @@ from pathlib import Path
 
 from blake3 import blake3
 
-from mooncake_redis.sim.trace import TRACE_BLOCK_TOKENS, TraceFormatError, TraceRequest, iter_trace
+from mooncake_redis.errors import TraceFormatError
+from mooncake_redis.sim.trace import TRACE_BLOCK_TOKENS, TraceRequest, iter_trace
 
 NO_PARENT = -1
 """The parent of a request's first page: the root."""

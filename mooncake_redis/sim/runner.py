@@ -11,6 +11,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from mooncake_redis.errors import SimulationError
 from mooncake_redis.sim.bitwise_radix import BitwiseRadixTreeIndex
 from mooncake_redis.sim.cache_index import CacheIndex
 from mooncake_redis.sim.hash_table import BoundedScanHashTableIndex, HashTableIndex
@@ -40,10 +41,6 @@ QUICK_CAPACITIES = (0.05, 0.1, 0.2)
 they differ and the first where they meet (about 30 s on 2 cores). `--full` runs the whole
 matrix of SimulationSettings' defaults (every policy, block-heat's slow evictions
 included, and capacity 0.4: about three times as long)."""
-
-
-class SimulationError(RuntimeError):
-    """A policy could not free space the runner needed."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ import platform
 from dataclasses import asdict
 from typing import Any
 
-from mooncake_redis.connection import redact
 from mooncake_redis.settings import DEFAULT_URL, ENV_URL, Settings
 from mooncake_redis.sim.arguments import integers_at_least, names_from
 from mooncake_redis.sim.kv_layout import KV_SUFFIXES
@@ -22,6 +21,7 @@ from mooncake_redis.sim.service_runner import (
     ServiceSettings,
     run_on_service,
 )
+from mooncake_redis.urls import redact
 
 DEFAULT_NAMESPACE = "mc"
 

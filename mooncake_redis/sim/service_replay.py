@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from mooncake_redis.errors import MooncakeRedisError
+from mooncake_redis.errors import MooncakeRedisError, ReplayDiverged
 from mooncake_redis.events import Event
 from mooncake_redis.index import Index
 from mooncake_redis.models import raise_first
@@ -54,10 +54,6 @@ admission granularity."""
 EVICTIONS_PER_STORE = 8
 """Eviction jobs one request may run to make room for its pages. One is enough unless an
 eviction takes pages of the request's own chain, which must then be written back too."""
-
-
-class ReplayDiverged(RuntimeError):
-    """The store holds other pages than the replay knows it stored and eviction left."""
 
 
 @dataclass(frozen=True)

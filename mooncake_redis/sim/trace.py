@@ -7,20 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from mooncake_redis.errors import TraceFormatError
+
 TRACE_BLOCK_TOKENS = 512
 """Tokens per hash id in Mooncake's published traces: one id per 512-token prefix block."""
 
 REQUIRED_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
-
-
-class TraceFormatError(ValueError):
-    """A trace line that is not a Mooncake request; names the file and the 1-based line."""
-
-    def __init__(self, source: str, line: int, problem: str) -> None:
-        super().__init__(f"{source}:{line}: {problem}")
-        self.source = source
-        self.line = line
-        self.problem = problem
 
 
 class TraceRequest(NamedTuple):
