@@ -47,10 +47,9 @@ class EventFeed:
 
     def skip_history(self) -> None:
         """Forget every event so far (an emptied namespace still holds its removals)."""
-        batch = self._ctx.batch()
-        for stream in self._streams.values():
-            batch.command("XTRIM", stream, "MAXLEN", 0, retry_safe=True)
-        batch.execute()
+        self._ctx.per_shard(lambda batch, shard: batch.command(
+            "XTRIM", self._streams[shard], "MAXLEN", 0, retry_safe=True),
+            shards=self._streams)
         self._stored_expected = 0
 
     def expect_stored(self, objects: int) -> None:
@@ -60,15 +59,14 @@ class EventFeed:
     def read(self, evicted_objects: int) -> list[Event]:
         """The objects evicted since the last read; `evicted_objects` is how many the jobs
         since then reported. Raises EventsLost when the counts do not match."""
-        batch = self._ctx.batch()
-        for stream in self._streams.values():
-            batch.command("XRANGE", stream, "-", "+")
+        pages = self._ctx.per_shard(lambda batch, shard: batch.command(
+            "XRANGE", self._streams[shard], "-", "+"), shards=self._streams)
         stored, evicted, other = 0, [], []
-        trim = self._ctx.batch()
-        for (shard, stream), entries in zip(self._streams.items(), batch.execute()):
+        last: dict[str, str] = {}  # per shard with entries: the last ID read (trimmed to)
+        for shard, (entries,) in pages:
             if not entries:
                 continue
-            trim.command("XTRIM", stream, "MINID", _next_id(entries[-1][0]), retry_safe=True)
+            last[shard] = entries[-1][0]
             for entry_id, fields in entries:
                 event = Event.from_entry(shard, entry_id, fields)
                 if event.type == STORED:
@@ -77,8 +75,10 @@ class EventFeed:
                     evicted.append(event)
                 else:
                     other.append(event.type)
-        if len(trim):
-            trim.execute()
+        if last:
+            self._ctx.per_shard(lambda batch, shard: batch.command(
+                "XTRIM", self._streams[shard], "MINID", _next_id(last[shard]), retry_safe=True),
+                shards=last)
         expected_stored, self._stored_expected = self._stored_expected, 0
         if other or stored != expected_stored or len(evicted) != evicted_objects:
             raise EventsLost(
