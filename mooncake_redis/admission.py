@@ -47,14 +47,12 @@ class ShardUsage:
 
 def read_shards(ctx: Context) -> list[ShardUsage]:
     """Every shard's counters, in one round trip (per node on a cluster)."""
-    batch = ctx.batch()
-    for shard in ctx.all_shards():
-        batch.command("HMGET", ctx.schema.shard_keys(shard).stats, "used_bytes", "objects",
-                      "nodes", "limit", "shells")
+    replies = ctx.per_shard(lambda batch, shard: batch.command(
+        "HMGET", ctx.schema.shard_keys(shard).stats, "used_bytes", "objects", "nodes", "limit",
+        "shells"))
     return [ShardUsage(shard, to_int(used), to_int(objects), to_int(nodes),
                        None if limit is None else to_int(limit), to_int(shells))
-            for shard, (used, objects, nodes, limit, shells)
-            in zip(ctx.all_shards(), batch.execute())]
+            for shard, [(used, objects, nodes, limit, shells)] in replies]
 
 
 def used_bytes(ctx: Context) -> int:
@@ -72,13 +70,11 @@ def segment_usage(ctx: Context, segments: Mapping[str, Segment]) -> dict[str, Se
     if not segments:
         return {}
     names = sorted(segments)
-    batch = ctx.batch()
-    for shard in ctx.all_shards():
-        batch.command("HMGET", ctx.schema.shard_keys(shard).stats, *(f"su:{n}" for n in names))
+    replies = ctx.per_shard(lambda batch, shard: batch.command(
+        "HMGET", ctx.schema.shard_keys(shard).stats, *(f"su:{n}" for n in names)),
+        raise_errors=True)
     used = dict.fromkeys(names, 0)
-    for reply in batch.execute():
-        if isinstance(reply, MooncakeRedisError):
-            raise reply
+    for _, [reply] in replies:
         for name, value in zip(names, reply):
             used[name] += int(value or 0)
     return {name: Segment(s.name, s.capacity_bytes, s.state, s.mounted_ms, s.heartbeat_ms,
@@ -151,18 +147,15 @@ def _keep(ctx: Context) -> list[ShardUsage]:
     capacity = ctx.settings.capacity_bytes
     generation = secrets.token_hex(8)
     shards = ctx.all_shards()
-    batch = ctx.batch()
-    for shard in shards:
-        lend(batch, ctx, shard, "stamp", generation)
-    for shard in shards:
-        batch.command("HMGET", ctx.schema.shard_keys(shard).stats, "objects", "nodes",
-                      "shells")
-    replies = batch.execute()
-    raise_first_error(replies)
-    stamped = [(to_int(used), to_int(limit)) for used, limit in replies[:len(shards)]]
+    replies = ctx.per_shard(  # every stamp first: the keeper's first step, then the reads
+        lambda batch, shard: lend(batch, ctx, shard, "stamp", generation),
+        lambda batch, shard: batch.command("HMGET", ctx.schema.shard_keys(shard).stats,
+                                           "objects", "nodes", "shells"),
+        raise_errors=True)
+    stamped = [(to_int(used), to_int(limit)) for _, [(used, limit), _] in replies]
     usages = [ShardUsage(shard, used, to_int(objects), to_int(nodes), limit, to_int(shells))
-              for shard, (used, limit), (objects, nodes, shells)
-              in zip(shards, stamped, replies[len(shards):])]
+              for shard, (used, limit), (_, [_, (objects, nodes, shells)])
+              in zip(shards, stamped, replies)]
     if not capacity:
         return _remove_limits(ctx, usages)
     wanted = targets(capacity, [used for used, _ in stamped])
@@ -200,11 +193,9 @@ def _lower_to_capacity(ctx: Context) -> list[ShardUsage]:
 
 def _remove_limits(ctx: Context, shards: list[ShardUsage]) -> list[ShardUsage]:
     """Unlimited capacity: no shard has a limit."""
-    batch = ctx.batch()
-    for shard in shards:
-        batch.command("HDEL", ctx.schema.shard_keys(shard.shard).stats, "limit",
-                      retry_safe=True)
-    batch.execute()
+    ctx.per_shard(lambda batch, shard: batch.command(
+        "HDEL", ctx.schema.shard_keys(shard).stats, "limit", retry_safe=True),
+        shards=[shard.shard for shard in shards])
     return shards
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -18,7 +18,7 @@ from redis.cluster import RedisCluster
 
 from .connection import is_in_process
 from .errors import ConfigurationError, InvalidArgument, StoreFull
-from .executor import KEYLESS_COMMANDS, Batch, Executor, Policy
+from .executor import KEYLESS_COMMANDS, Batch, Executor, Policy, raise_first_error
 from .keys import KeySchema
 from .prefix import LEGACY_SHARD_COUNT, NEW_SHARD_COUNT, extractor_named, split_key
 from .scripts import Scripts, ShardCall, ShardCalls
@@ -397,6 +397,32 @@ class Context:
         header = self.header()
         return ShardCalls(lambda shard: ShardCall(self.scripts[script], self.schema, shard,
                                                   header, *script_args))
+
+    def per_shard(self, *queues: Callable[[Batch, str], object],
+                  shards: Iterable[str] | None = None,
+                  raise_errors: bool = False) -> list[tuple[str, list[Any]]]:
+        """What each `queue(batch, shard)` queues for each shard (default: all), sent in one
+        batch (one round trip; per node on a cluster), and the replies gathered per shard:
+        [(shard, [reply, ...]), ...] in the order the shards were given (a shard given
+        twice is queued and answered twice). Each queue runs over every shard before the
+        next one starts; a shard's replies come in the order they were queued. Errors stay
+        in their place, unless raise_errors: then the first one is raised
+        (executor.raise_first_error)."""
+        where = self.all_shards() if shards is None else tuple(shards)
+        batch = self.batch()
+        spans = []
+        for queue in queues:
+            for position, shard in enumerate(where):
+                start = len(batch)
+                queue(batch, shard)
+                spans.append((position, start, len(batch)))
+        replies = batch.execute()
+        if raise_errors:
+            raise_first_error(replies)
+        gathered: list[list[Any]] = [[] for _ in where]
+        for position, start, end in spans:
+            gathered[position] += replies[start:end]
+        return list(zip(where, gathered))
 
     def batch_id(self) -> str:
         self._batches += 1

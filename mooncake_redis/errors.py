@@ -271,12 +271,23 @@ _BY_CODE: dict[str, type[MooncakeRedisError]] = {
 SCRIPT_ERROR_PREFIX = "MCERR_"
 
 
+def split_script_error(text: str) -> tuple[str, str] | None:
+    """(CODE, detail) of a script's `MCERR_<CODE> detail` reply (lua/_lib.lua fail); None
+    for any other text. The one reader of that form: from_script_error, and the link
+    refusals registration handles itself (FENCED <fence>, STALE_EPOCH, CYCLE_CHECK)."""
+    if not text.startswith(SCRIPT_ERROR_PREFIX):
+        return None
+    code, _, detail = text[len(SCRIPT_ERROR_PREFIX):].partition(" ")
+    return code, detail
+
+
 def from_script_error(message: str, *, key: str | None = None,
                       prefix_hash: str | None = None) -> MooncakeRedisError:
     """Turn a script's `MCERR_<CODE> text` error reply into the matching exception."""
     text = message.strip()
-    if text.startswith(SCRIPT_ERROR_PREFIX):
-        code, _, detail = text[len(SCRIPT_ERROR_PREFIX):].partition(" ")
+    parts = split_script_error(text)
+    if parts is not None:
+        code, detail = parts
         cls = _BY_CODE.get(code, ScriptError)
         return cls(detail or text, key=key, prefix_hash=prefix_hash)
     if text.startswith("NOPERM"):

@@ -31,6 +31,7 @@ from redis.cluster import RedisCluster
 from .connection import is_in_process
 from .context import Context
 from .errors import EventsLost, InvalidArgument, OutcomeUnknown
+from .executor import Batch
 from .matching import scan_node_keys
 from .models import Replica
 from .validation import check_text
@@ -224,8 +225,8 @@ class Consumer:
         wait = self.block_ms if self.follow and not hot else 0
         if wait and self._longest_block_ms is not None:
             wait = min(wait, self._longest_block_ms)
-        batch = self.ctx.batch()
         if self._blocks:
+            batch = self.ctx.batch()
             streams = list(self._streams.values())
             blocking = ("BLOCK", wait) if wait else ()
             batch.command("XREAD", *blocking, "COUNT", 1, "STREAMS", *streams,
@@ -234,19 +235,18 @@ class Consumer:
             (reply,) = batch.execute()
             news = {self._shard_of[name] for name, _ in _raise(reply) or ()}
         else:
-            shards = list(self._streams)
-            for shard in shards:
-                batch.command("XRANGE", self._streams[shard], "(" + self._position[shard],
-                              "+", "COUNT", 1)
-            news = {shard for shard, reply in zip(shards, batch.execute()) if _raise(reply)}
+            replies = self.ctx.per_shard(lambda batch, shard: batch.command(
+                "XRANGE", self._streams[shard], "(" + self._position[shard], "+", "COUNT", 1),
+                shards=self._streams, raise_errors=True)
+            news = {shard for shard, (reply,) in replies if reply}
             if not news and not hot and wait:
                 time.sleep(min(self.poll_ms, wait) / 1000)
         return news | hot
 
     def _read_shards(self, shards: Sequence[str]) -> list[Item]:
         script = self.ctx.scripts["read_events"]
-        batch = self.ctx.batch()
-        for shard in shards:
+
+        def queue(batch: Batch, shard: str) -> None:
             pending = self._pending.get(shard)
             if self.group is not None:
                 source = pending if pending is not None else ">"
@@ -255,9 +255,10 @@ class Consumer:
             batch.call(script, [self._streams[shard]],
                        [self.group or "", self.consumer, source, self.count, self.start,
                         self._read.get(shard, 0)])
+
         items: list[Item] = []
         gone: dict[str, list[str]] = {}
-        for shard, reply in zip(shards, batch.execute()):
+        for shard, (reply,) in self.ctx.per_shard(queue, shards=shards):
             created, position, read, lost, trimmed_pending, entries = _raise(reply)
             if created and shard in self._position:
                 items.append(_lost(shard, None, "its stream or consumer group was deleted"))
@@ -296,12 +297,9 @@ class Consumer:
             self._ack_ids(ids)
 
     def _ack_ids(self, ids: Mapping[str, list[str]]) -> None:
-        batch = self.ctx.batch()
-        for shard, shard_ids in ids.items():
-            batch.command("XACK", self._streams[shard], self.group, *shard_ids,
-                          retry_safe=True)
-        for reply in batch.execute():
-            _raise(reply)
+        self.ctx.per_shard(lambda batch, shard: batch.command(
+            "XACK", self._streams[shard], self.group, *ids[shard], retry_safe=True),
+            shards=ids, raise_errors=True)
 
     def __iter__(self) -> Iterator[Item]:
         while True:

@@ -146,12 +146,11 @@ class Candidates:
         shards = [s for s in self._shard_full if not self._shard_left.get(s)]
         if not shards:
             return
-        batch = self.ctx.batch()
-        for shard in shards:
-            batch.command("ZRANGEBYSCORE", getattr(self.ctx.schema.shard_keys(shard), self.index),
-                          "-inf", now_ms, "WITHSCORES", "LIMIT", 0, self.depth)
+        pages = self.ctx.per_shard(lambda batch, shard: batch.command(
+            "ZRANGEBYSCORE", getattr(self.ctx.schema.shard_keys(shard), self.index), "-inf",
+            now_ms, "WITHSCORES", "LIMIT", 0, self.depth), shards=shards)
         found: list[tuple[str, float]] = []
-        for shard, page in zip(shards, batch.execute()):
+        for shard, (page,) in pages:
             pairs = score_pairs(page)
             found += self._of_shard(shard, pairs)
             if len(pairs) < self.depth:

@@ -23,7 +23,7 @@ from typing import Any
 
 from .context import Context
 from .errors import MooncakeRedisError
-from .executor import score_pairs
+from .executor import Batch, score_pairs
 from .keys import SHARD_KEY_NAMES
 from .links import (
     Intent,
@@ -225,8 +225,7 @@ class _Checker:
                     ) -> list[_Shard]:
         """A group of shards, indexes and nodes, in one round trip (a shard key of another
         type, reported already, reads as empty)."""
-        batch = self.ctx.batch()
-        for name in names:
+        def queue(batch: Batch, name: str) -> None:
             keys = self.ctx.schema.shard_keys(name)
             batch.command("HGETALL", keys.stats)
             batch.command("ZRANGE", keys.leaves, 0, -1, "WITHSCORES")
@@ -236,16 +235,16 @@ class _Checker:
             batch.command("ZRANGE", keys.outbox, 0, -1)
             for key in node_keys.get(name, []):
                 batch.command("HGETALL", key)
-        replies = iter(batch.execute())
+
         shards = []
-        for name in names:
+        for name, replies in self.ctx.per_shard(queue, shards=names):
             empties: tuple[Any, ...] = ({}, [], [], [], 0, [])
             stats, leaves, soft, pending, fences, outbox = (
-                _or_empty(next(replies), empty) for empty in empties)
+                _or_empty(reply, empty) for reply, empty in zip(replies, empties))
             shard = _Shard(name, stats, dict(score_pairs(leaves)),
                            dict(score_pairs(soft)), set(pending), int(fences), outbox)
-            for key in node_keys.get(name, []):
-                fields = _or_empty(next(replies), {})
+            for key, reply in zip(node_keys.get(name, []), replies[len(empties):]):
+                fields = _or_empty(reply, {})
                 if fields:
                     prefix_hash = self.ctx.schema.hash_of_node_key(key)
                     shard.nodes[prefix_hash] = split_node(fields)

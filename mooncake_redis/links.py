@@ -367,11 +367,10 @@ def resolve(ctx: Context, grace_ms: int | None = None, budget: int = 100_000,
 def trim_fences(ctx: Context, shards: Sequence[str]) -> int:
     """Drop fences past the link epoch horizon in the shards that hold any (a fence is
     only ever dropped lazily by a new one otherwise)."""
-    batch = ctx.batch()
-    for shard in shards:
-        batch.command("HGET", ctx.schema.shard_keys(shard).stats, "fences")
+    counts = ctx.per_shard(lambda batch, shard: batch.command(
+        "HGET", ctx.schema.shard_keys(shard).stats, "fences"), shards=shards)
     trims = ctx.calls("trim_fences")
-    for shard, fences in zip(shards, batch.execute()):
+    for shard, (fences,) in counts:
         if to_int(fences) > 0:
             trims.add(shard, shard)
     if not trims:
@@ -390,12 +389,13 @@ def _old_entries(ctx: Context, index: str, cutoff: int, shards: Sequence[str],
     parent of a pending link, the child of an unlink intent: where every step looks for
     it and clears it), cannot stand for a link: it is dropped from the key it was read
     from, counted and logged."""
-    batch = ctx.batch()
-    keys = [getattr(ctx.schema.shard_keys(shard), index) for shard in shards]
-    for key in keys:
-        batch.command("ZRANGEBYSCORE", key, "-inf", cutoff, "LIMIT", 0, RESOLVER_PAGE)
+    keys = {shard: getattr(ctx.schema.shard_keys(shard), index) for shard in shards}
+    pages = ctx.per_shard(lambda batch, shard: batch.command(
+        "ZRANGEBYSCORE", keys[shard], "-inf", cutoff, "LIMIT", 0, RESOLVER_PAGE),
+        shards=shards)
     entries: list[Intent] = []
-    for shard, key, page in zip(shards, keys, batch.execute()):
+    for shard, (page,) in pages:
+        key = keys[shard]
         if isinstance(page, Exception):  # a key of another type: fsck --repair drops it
             log.warning("cannot read %s (%s); skipping that shard", key, page)
             continue

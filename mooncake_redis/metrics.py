@@ -21,6 +21,7 @@ from .admission import read_shards, segment_usage
 from .context import Context
 from .errors import MooncakeRedisError
 from .eviction import EvictionReport, job_observers
+from .executor import Batch
 from .namespaces import namespace_exists
 from .observers import hicache_observers, refusal_observers, script_observers
 
@@ -38,13 +39,13 @@ batches, a loaded server or a cluster's several segments."""
 def count_leaves(ctx: Context) -> tuple[int, int]:
     """(leaves, soft-pinned leaves): the sizes of every shard's leaf indexes, one round
     trip (per node on a cluster)."""
-    batch = ctx.batch()
-    for shard in ctx.all_shards():
+    def queue(batch: Batch, shard: str) -> None:
         keys = ctx.schema.shard_keys(shard)
         batch.command("ZCARD", keys.leaves)
         batch.command("ZCARD", keys.soft_leaves)
-    sizes = [int(size) for size in batch.execute()]
-    return sum(sizes[0::2]), sum(sizes[1::2])
+
+    sizes = [(int(leaves), int(soft)) for _, (leaves, soft) in ctx.per_shard(queue)]
+    return sum(leaves for leaves, _ in sizes), sum(soft for _, soft in sizes)
 
 
 class Opener:

@@ -8,7 +8,7 @@ from itertools import chain
 
 from .context import Context, Target, node_runs
 from .deletion import item_result
-from .errors import MooncakeRedisError, from_script_error
+from .errors import SCRIPT_ERROR_PREFIX, MooncakeRedisError, from_script_error
 from .models import ObjectInfo, Result
 from .values import (
     COMPLETE_PREFIX,
@@ -56,7 +56,7 @@ def get(ctx: Context, targets: Sequence[Target], probe: bool = False
     results: list[Result[ObjectInfo]] = [None] * len(targets)  # type: ignore[list-item]
     for position, reply in calls.per_item(batch.execute()):
         key, prefix_hash, _ = targets[position]
-        if reply.__class__ is str and not reply.startswith("MCERR_"):
+        if reply.__class__ is str and not reply.startswith(SCRIPT_ERROR_PREFIX):
             results[position] = Result(key, value=object_info(key, prefix_hash, reply))
         elif isinstance(reply, MooncakeRedisError):
             results[position] = Result(key, error=reply)

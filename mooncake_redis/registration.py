@@ -29,6 +29,7 @@ from .errors import (
     NoSpace,
     ParentConflict,
     from_script_error,
+    split_script_error,
 )
 from .links import Link, add_link, confirm_links, settle_links_now, walk_finds_cycles
 from .models import Result
@@ -249,7 +250,7 @@ def _record(w: Write, outcome: object, epoch: int) -> None:
         w.state, w.result = cast(LinkFlag, flag), Result(w.key)
         return
     w.state = NO_LINK
-    code, _, detail = text.removeprefix("MCERR_").partition(" ")
+    code, detail = split_script_error(text) or ("", "")
     if code == "FENCED":
         w.min_epoch = int(detail) + 1
     elif code == "CYCLE_CHECK":

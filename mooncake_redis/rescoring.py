@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 
 from .context import Context
 from .errors import MooncakeRedisError
+from .executor import Batch
 from .links import Intent, cascade, triples
 
 REPAIRS_PER_BATCH = 1000
@@ -47,16 +48,14 @@ def rescore_leaves(ctx: Context, scored_above_ms: float | None = None) -> int:
     `scored_above_ms` (None: every leaf with a finite score; hard pins stay at +inf).
     One round trip to find them, then one per REPAIRS_PER_BATCH leaves."""
     low = "-inf" if scored_above_ms is None else f"({scored_above_ms}"
-    batch = ctx.batch()
-    shards = ctx.all_shards()
-    for shard in shards:
+
+    def queue(batch: Batch, shard: str) -> None:
         keys = ctx.schema.shard_keys(shard)
         batch.command("ZRANGEBYSCORE", keys.leaves, low, "(+inf")
         batch.command("ZRANGEBYSCORE", keys.soft_leaves, low, "(+inf")
-    replies = batch.execute()
+
     stale = {shard: sorted({*plain, *soft})
-             for shard, plain, soft in zip(shards, replies[0::2], replies[1::2])
-             if plain or soft}
+             for shard, (plain, soft) in ctx.per_shard(queue) if plain or soft}
     return repair_nodes(ctx, stale)
 
 

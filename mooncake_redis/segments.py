@@ -194,15 +194,11 @@ def _set_flags(ctx: Context, name: str, mounted: bool, generation: int) -> bool:
     """Set (mount) or clear (unmount) the segment's flag in every shard, for the mount of
     this generation (lua/segment_flag.lua); False if a mount was refused in any shard (an
     unmount of this generation got there first)."""
-    batch = ctx.batch()
-    for shard in ctx.all_shards():
-        batch.call(ctx.scripts["segment_flag"], [ctx.schema.shard_keys(shard).stats],
-                   ["mount" if mounted else "unmount", name, generation], retry_safe=True)
-    replies = batch.execute()
-    for reply in replies:
-        if isinstance(reply, MooncakeRedisError):
-            raise reply
-    return all(int(reply) for reply in replies)
+    replies = ctx.per_shard(lambda batch, shard: batch.call(
+        ctx.scripts["segment_flag"], [ctx.schema.shard_keys(shard).stats],
+        ["mount" if mounted else "unmount", name, generation], retry_safe=True),
+        raise_errors=True)
+    return all(int(reply) for _, (reply,) in replies)
 
 
 def _capacity_changed(ctx: Context) -> None:

@@ -22,10 +22,10 @@ from mooncake_redis.scripts import (
     LAZY,
     LIBRARY,
     SCRIPT_NAMES,
+    USES,
     build_script,
     library_for,
     library_parts,
-    USES,
     read_lua,
     with_lazy_parts,
 )
