@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -28,7 +29,7 @@ from .errors import (
     SegmentNotMounted,
 )
 from .events import Event
-from .eviction import ROUND_LIMIT
+from .eviction import LOCK_HELD, ROUND_LIMIT
 from .index import Index
 from .models import ObjectInfo, Replica, Result
 from .objects import object_info
@@ -233,11 +234,29 @@ class FileDataPlane:
     def evict(self, target_ratio: float | None = None, max_jobs: int = 64) -> Released:
         """Run eviction jobs (see Index.evict) until the target is reached or nothing more
         can go (a job stops after max_rounds_per_job rounds, and a deep chain loses a few
-        levels per round), at most max_jobs; then delete the files they freed."""
+        levels per round), at most max_jobs; then delete the files they freed. A job that
+        found another one running (a keeper's, a worker's) waits for that one to end and
+        runs again, so the caller's retry comes after a job, not beside one."""
         for _ in range(max_jobs):
-            if self.index.evict(target_ratio).stopped != ROUND_LIMIT:
+            stopped = self.index.evict(target_ratio).stopped
+            if stopped == LOCK_HELD and self._other_job_ended():
+                continue
+            if stopped != ROUND_LIMIT:
                 break
         return self.release()
+
+    def _other_job_ended(self) -> bool:
+        """Wait while the namespace's eviction lock is held, at most its TTL (a holder
+        that died leaves it to expire); whether it was released."""
+        lock = self.index.schema.eviction_lock
+        deadline = time.monotonic() + self.index.settings.eviction_lock_ttl_ms / 1000
+        pause = 0.001
+        while self.index.client.exists(lock):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
+        return True
 
 
 def write_pages(index: Index, pages: Sequence[Page],

@@ -12,12 +12,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 from conftest import IndexFactory
 
 from mooncake_redis import Index
+from mooncake_redis.admission import eviction_lock
 from mooncake_redis.byte_store import FileByteStore
 from mooncake_redis.data_plane import FileDataPlane, Page
 from mooncake_redis.errors import InvalidArgument
@@ -191,3 +193,21 @@ def test_lost_events_are_made_up_for_from_the_shards_listing(make_index: IndexFa
     files = files_on_disk(tmp_path)
     assert list(files.values()) == [4] and files == {
         r.location: 4 for r in plane.replicas([keep.key]) if r}
+
+
+def test_an_eviction_that_meets_another_job_waits_for_it_and_runs(plane: FileDataPlane
+                                                                   ) -> None:
+    """plane.evict is the make-room step of a put refused for space: when another job (a
+    keeper's, a worker's) holds the lock, it waits for that job to end and runs its own,
+    instead of returning at once with nothing freed (a put then failed beside a job)."""
+    pages = [Page(f"{n:02x}" * 32, b"x" * PAGE_BYTES) for n in range(8)]
+    assert plane.put(pages) == [True] * 8
+    ctx = plane.index.ctx
+    assert eviction_lock(ctx, "acquire", "another-job")
+    done = threading.Thread(target=plane.evict, args=(0,))
+    done.start()
+    assert plane.index.usage().objects == 8  # nothing can go while the other job holds it
+    assert eviction_lock(ctx, "release", "another-job")
+    done.join(timeout=60)
+    assert not done.is_alive()
+    assert plane.index.usage().objects == 0 and files_on_disk(plane.store.directory) == {}
