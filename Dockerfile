@@ -5,8 +5,6 @@ ENV PYTHONUNBUFFERED=1
 WORKDIR /app
 COPY pyproject.toml README.md LICENSE ./
 COPY mooncake_redis ./mooncake_redis
-COPY lua ./lua
-COPY workers ./workers
 RUN pip install --no-cache-dir ".[rq,metrics]"
 ENTRYPOINT ["mooncake-redis"]
 CMD ["--help"]

@@ -76,12 +76,12 @@ def test_worker_and_monitor_run_real_commands_with_real_options() -> None:
         assert service["depends_on"]["redis"]["condition"] == "service_healthy"
 
 
-def test_the_dockerfile_installs_the_package_with_its_lua_and_workers() -> None:
+def test_the_dockerfile_installs_the_package() -> None:
     lines = (ROOT / "Dockerfile").read_text().splitlines()
     copied = {source for line in lines if line.startswith("COPY ")
               for source in shlex.split(line)[1:-1]}
     # pyproject.toml names README.md and LICENSE: the build fails without them.
-    assert {"pyproject.toml", "README.md", "LICENSE", "mooncake_redis", "lua", "workers"} <= copied
+    assert {"pyproject.toml", "README.md", "LICENSE", "mooncake_redis"} <= copied
     # the rq and metrics extras: compose starts the worker and the monitor with
     # --metrics-port
     assert any(line.startswith("RUN pip install") and line.endswith(' ".[rq,metrics]"')

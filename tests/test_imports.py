@@ -5,6 +5,7 @@ ties the two modules together)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import mooncake_redis
@@ -74,3 +75,19 @@ def test_the_package_has_no_import_cycle() -> None:
 def test_the_check_sees_a_cycle() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_every_installed_package_is_a_folder_of_the_package_the_scan_sees() -> None:
+    """No package-dir mapping: each package pyproject.toml installs is the folder of the
+    same name under mooncake_redis/, so the scan above sees all of the code (the workers
+    included) and a reader finds it where its import name says."""
+    pyproject = (PACKAGE.parent / "pyproject.toml").read_text()  # no tomllib on 3.10
+    assert "package-dir" not in pyproject
+    listed = re.search(r"^packages = \[(.*?)\]", pyproject, re.MULTILINE | re.DOTALL)
+    assert listed is not None
+    packages = re.findall(r'"([\w.]+)"', listed.group(1))
+    assert "mooncake_redis.workers" in packages
+    for package in packages:
+        folder = PACKAGE.parent.joinpath(*package.split("."))
+        assert (folder / "__init__.py").is_file(), package
+    assert {"mooncake_redis.workers.jobs", "mooncake_redis.lua"} <= set(MODULES)
