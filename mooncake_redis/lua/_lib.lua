@@ -299,6 +299,19 @@ local function in_slices(command, key, args, extra)
   return total
 end
 
+-- Calls run(first, last) for each run of items that name one node (the node's key index is
+-- an item's first argument; items are `width` arguments each, from ARGV[first]): lean
+-- scripts read and write a node once a run.
+local function each_run(first, width, run)
+  local start = first
+  for a = first, #ARGV, width do
+    if ARGV[a + width] ~= ARGV[a] then  -- the run ends here
+      run(start, a)
+      start = a + width
+    end
+  end
+end
+
 local function write_deaths()
   if #gone > 0 then in_slices('DEL', nil, gone) end
   for set_, members in pairs(zrem) do in_slices('ZREM', set_, members) end

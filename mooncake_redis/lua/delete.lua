@@ -187,13 +187,7 @@ local function delete_run(first, last)
   if exists then move_leaf(hash, set0, score0, leaf_score(no, nc, nh, ns, lm, np, ps)) end
 end
 
-local first = 5
-for a = 5, #ARGV, 4 do
-  if ARGV[a + 4] ~= ARGV[a] then  -- the run ends here
-    delete_run(first, a)
-    first = a + 4
-  end
-end
+each_run(5, 4, delete_run)
 write_deaths()
 write_stats(wrote)
 if interleaved then in_first_order(intents, rank, 2) end

@@ -92,13 +92,7 @@ local function unlink_run(first, last)
   end
 end
 
-local first = 4
-for a = 4, #ARGV, 6 do
-  if ARGV[a + 6] ~= ARGV[a] then  -- the run ends here
-    unlink_run(first, a)
-    first = a + 6
-  end
-end
+each_run(4, 6, unlink_run)
 if #pending > 0 then in_slices('ZREM', PENDING, pending) end
 write_deaths()
 write_stats(wrote)
