@@ -45,7 +45,7 @@ def _delete_chunk(ctx: Context, targets: Sequence[Target], mode: str) -> list[Re
     results: list[Any] = [None] * len(targets)  # each filled by its item's reply
     for position, reply in calls.per_item(replies, part=0):
         key = targets[position][0]
-        results[position] = Result(key) if reply == "OK" else item_result(key, reply)
+        results[position] = item_result(key, reply)
     intents: list[Intent] = []
     for _, reply in calls.replies(replies):
         if not isinstance(reply, MooncakeRedisError):
