@@ -234,11 +234,10 @@ def _send(ctx: Context, todo: list[Write], mode: str) -> _Sent:
 
 def _record(w: Write, outcome: object, epoch: int) -> None:
     """One item's reply: its result, or what to do before sending it again."""
-    w.epoch = epoch
+    w.state, w.epoch = NO_LINK, epoch
     if isinstance(outcome, str):  # the usual reply: no other check
         text = outcome
     elif isinstance(outcome, MooncakeRedisError):
-        w.state = NO_LINK
         w.refuse(outcome)
         return
     else:
@@ -249,7 +248,6 @@ def _record(w: Write, outcome: object, epoch: int) -> None:
             raise AssertionError(f"a write script answered {text!r}")
         w.state, w.result = cast(LinkFlag, flag), Result(w.key)
         return
-    w.state = NO_LINK
     code, detail = split_script_error(text) or ("", "")
     if code == "FENCED":
         w.min_epoch = int(detail) + 1
