@@ -154,8 +154,7 @@ def _keep(ctx: Context) -> list[ShardUsage]:
         raise_errors=True)
     stamped = [(to_int(used), to_int(limit)) for _, [(used, limit), _] in replies]
     usages = [ShardUsage(shard, used, to_int(objects), to_int(nodes), limit, to_int(shells))
-              for shard, (used, limit), (_, [_, (objects, nodes, shells)])
-              in zip(shards, stamped, replies)]
+              for (shard, [_, (objects, nodes, shells)]), (used, limit) in zip(replies, stamped)]
     if not capacity:
         return _remove_limits(ctx, usages)
     wanted = targets(capacity, [used for used, _ in stamped])
