@@ -188,7 +188,6 @@ class EventsLost(MooncakeRedisError):
         """How many were lost; None when that cannot be known."""
 
 
-
 # The executor's own check, before a script is sent (executor.py, scripts.py).
 
 

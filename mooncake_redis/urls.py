@@ -42,7 +42,8 @@ def redact(url: object) -> str:
         return "<unparseable URL>"
     if "password=" not in parts.query.lower():
         return text
-    query = "&".join(f"{name}=***" if name.lower() == "password" else f"{name}{equals}{value}"
+    query = "&".join(f"{name}=***" if name.lower() in _SECRET_QUERY_NAMES
+                     else f"{name}{equals}{value}"
                      for name, equals, value in (item.partition("=")
                                                  for item in parts.query.split("&")))
     return urlunsplit(parts._replace(query=query))
