@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Callable, Sequence
 
 from mooncake_redis import Index
-from mooncake_redis.admission import rebalance
+from mooncake_redis.capacity.admission import rebalance
 
 from .common import bench_server, namespace_context, open_index
 from .registration import pages_of

@@ -11,7 +11,7 @@ from typing import Any
 import redis
 
 from mooncake_redis import Index
-from mooncake_redis.eviction import EvictionReport, Evictor
+from mooncake_redis.capacity.eviction import EvictionReport, Evictor
 from mooncake_redis.settings import Settings
 
 from .common import (

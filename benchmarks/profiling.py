@@ -43,10 +43,10 @@ AREAS = (
     ("input checks: key split, hash form", ("mooncake_redis/validation.py",
                                             "mooncake_redis/prefix.py",
                                             "mooncake_redis/context.py", "re.Pattern")),
-    ("protocol: items, replies, settle", ("mooncake_redis/registration.py",
-                                          "mooncake_redis/links.py",
-                                          "mooncake_redis/objects.py",
-                                          "mooncake_redis/deletion.py")),
+    ("protocol: items, replies, settle", ("mooncake_redis/store/registration.py",
+                                          "mooncake_redis/tree/links.py",
+                                          "mooncake_redis/store/objects.py",
+                                          "mooncake_redis/store/deletion.py")),
     ("facade: Index", ("mooncake_redis/index.py",)),
 )
 

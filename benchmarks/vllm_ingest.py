@@ -23,8 +23,8 @@ import time
 
 import msgpack
 
-from mooncake_redis.ingest.pods import PodWriter, pods_for_prefix, pods_for_tokens
-from mooncake_redis.ingest.vllm_events import decode_batch
+from mooncake_redis.engines.vllm.kv_events import decode_batch
+from mooncake_redis.engines.vllm.pods import PodWriter, pods_for_prefix, pods_for_tokens
 
 from .common import bench_server, latency, open_index, used_memory
 

@@ -25,8 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mooncake_redis import Index
-from mooncake_redis.byte_store import FileByteStore
-from mooncake_redis.cli_support import (
+from mooncake_redis.cli.support import (
     FINDING,
     OK,
     add_json_option,
@@ -35,7 +34,8 @@ from mooncake_redis.cli_support import (
     print_json,
     redis_url,
 )
-from mooncake_redis.data_plane import FileDataPlane, Page
+from mooncake_redis.files.byte_store import FileByteStore
+from mooncake_redis.files.data_plane import FileDataPlane, Page
 
 SHARED_PAGES = 2
 """Every conversation starts with the same system prompt: this many pages of it."""

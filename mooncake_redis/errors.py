@@ -196,7 +196,7 @@ class CrossSlotCall(ScriptError):
     CROSSSLOT, caught here on a single Redis too."""
 
 
-# The command line (cli.py, cli_support.py): `main` prints them and exits 1.
+# The command line (cli/main.py, cli/support.py): `main` prints them and exits 1.
 
 
 class NamespaceNotFound(MooncakeRedisError):
@@ -212,7 +212,7 @@ class NoSuchHash(MooncakeRedisError):
     """A hash prefix that no node's hash begins with."""
 
 
-# The vLLM ingester (ingest/vllm_events.py, ingest/ingester.py).
+# The vLLM ingester (engines/vllm/kv_events.py, engines/vllm/ingester.py).
 
 
 class InvalidEvent(MooncakeRedisError):

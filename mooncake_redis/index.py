@@ -10,21 +10,23 @@ from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
-from . import admission, objects, registration, segments, tree, waiting
+from .capacity import admission
+from .capacity.eviction import EvictionReport, Evictor
 from .connection import connect
 from .context import Context
-from .deletion import delete_objects
 from .errors import InvalidArgument, RadixTreeDisabled
-from .events import Consumer
-from .eviction import EvictionReport, Evictor
 from .executor import Batch
 from .keys import KeySchema
-from .links import ResolverReport, resolve
-from .matching import compile_pattern, scan_objects
 from .models import NodeInfo, ObjectInfo, Replica, Result, Usage, raise_first
 from .observers import count_refusals
 from .segment_registry import Segment
 from .settings import DEFAULT_NAMESPACE, DEFAULT_URL, ENV_NAMESPACE, ENV_URL, Settings
+from .store import objects, registration, segments, waiting
+from .store.deletion import delete_objects
+from .store.events import Consumer
+from .tree import queries
+from .tree.links import ResolverReport, resolve
+from .tree.matching import compile_pattern, scan_objects
 from .urls import redact
 from .validation import (
     check_depth,
@@ -38,7 +40,7 @@ from .validation import (
 from .values import HARD_PIN, SOFT_PIN, pack_replicas
 
 if TYPE_CHECKING:
-    from .metrics import Exporter
+    from .operations.metrics import Exporter
 
 NodeRegistration = tuple[str, "str | None", Sequence[str]]
 """(prefix hash, parent hash or None, object keys stored under it)"""
@@ -118,23 +120,23 @@ class Index:
         return self.ctx.batch()
 
     def metrics_exporter(self) -> Exporter:
-        """A Prometheus exporter of this namespace's gauges (mooncake_redis.metrics; needs
-        the `metrics` extra): `count_this_process()` adds this process's counters,
-        `serve(port)` serves them."""
-        from .metrics import Exporter
+        """A Prometheus exporter of this namespace's gauges (operations/metrics.py; needs the
+        `metrics` extra): `count_this_process()` adds this process's counters, `serve(port)`
+        serves them."""
+        from .operations.metrics import Exporter
 
         return Exporter([self.ctx])
 
     def set_config(self, **changes: Any) -> Settings:
         """Change namespace settings for every client of the namespace."""
-        from .configuration import change_settings
+        from .operations.configuration import change_settings
 
         return change_settings(self.ctx, changes)
 
     def reset_config(self, *names: str) -> Settings:
         """Drop stored settings: every client of the namespace then reads their defaults
         (and mends a stored value that cannot be read). The rules of set_config apply."""
-        from .configuration import reset_settings
+        from .operations.configuration import reset_settings
 
         return reset_settings(self.ctx, names)
 
@@ -382,13 +384,13 @@ class Index:
 
     def get_node(self, prefix_hash: str) -> NodeInfo | None:
         """A node's parent, children and objects; None if there is no such node."""
-        return tree.get_node(self.ctx, self._hash(prefix_hash))
+        return queries.get_node(self.ctx, self._hash(prefix_hash))
 
     def get_keys_by_prefix(self, prefix_hash: str) -> list[str]:
         """The object keys stored under one prefix hash: one command, however big the store
         (the RFC's O(1) prefix query)."""
         self._require_tree()
-        return tree.keys_by_prefix(self.ctx, self._hash(prefix_hash))
+        return queries.keys_by_prefix(self.ctx, self._hash(prefix_hash))
 
     def get_subtree_keys(self, prefix_hash: str, max_depth: int | None = None) -> list[str]:
         """Keys of the node and its descendants down to max_depth levels below it (None =
@@ -396,7 +398,7 @@ class Index:
         self._require_tree()
         limit = self.settings.max_depth
         depth = limit if max_depth is None else min(check_depth(max_depth), limit)
-        return tree.subtree_keys(self.ctx, self._hash(prefix_hash), depth)
+        return queries.subtree_keys(self.ctx, self._hash(prefix_hash), depth)
 
     def match_prefix(self, hash_chain: Sequence[str]) -> int:
         """How many leading pages of the chain are usable: each has objects, all complete.
@@ -405,7 +407,7 @@ class Index:
         if isinstance(hash_chain, (str, bytes)):
             raise InvalidArgument("match_prefix takes a sequence of prefix hashes, not one "
                                   "string; wrap it in a list")
-        return tree.match_prefix(self.ctx, self.ctx.node_hashes(hash_chain))
+        return queries.match_prefix(self.ctx, self.ctx.node_hashes(hash_chain))
 
     # -- capacity ------------------------------------------------------------------------
 
@@ -441,7 +443,7 @@ class Index:
     def evict(self, target_ratio: float | None = None) -> EvictionReport:
         """Run one eviction job now, in this process: down to target_ratio of capacity
         (default high_watermark - eviction_ratio). target_ratio=0 frees everything
-        evictable. See mooncake_redis.eviction."""
+        evictable. See mooncake_redis.capacity.eviction."""
         return Evictor(self.ctx).run(target_ratio)
 
     def resolve(self, grace_ms: int | None = None) -> ResolverReport:

@@ -131,7 +131,7 @@ class KeySchema:
     @property
     def pod_holders(self) -> str:
         """SET of the holders (pods, pod@medium, pod/g<group>) vLLM ingesters have recorded
-        blocks for (mooncake_redis.ingest.pods): what a query asks each node about."""
+        blocks for (mooncake_redis.engines.vllm.pods): what a query asks each node about."""
         return f"{self.namespace}:pods"
 
     def ingest_position(self, pod: str) -> str:

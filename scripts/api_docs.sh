@@ -7,4 +7,4 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 ensure_venv docs,metrics
 cd "$ROOT"
 exec "$VENV/bin/python" -m pdoc --output-directory "$ROOT/docs/api" "$@" mooncake_redis \
-  mooncake_redis.metrics
+  mooncake_redis.operations.metrics

@@ -203,7 +203,7 @@ def storage_config(storage: Any, directory: str, namespace: str, **ranks: Any) -
               "attn_cp_size": 1, "is_mla_model": False, "enable_storage_metrics": False,
               "is_page_first_layout": True, "model_name": "check", **ranks}
     fields["extra_config"] = {
-        "backend_name": "mooncake_redis", "module_path": "mooncake_redis.hicache",
+        "backend_name": "mooncake_redis", "module_path": "mooncake_redis.engines.sglang.hicache",
         "class_name": "MooncakeRedisHiCache", "interface_v1": 1,
         "url": f"memory://sglang-check-{namespace}", "directory": directory,
         "segment_capacity_bytes": 1 << 20, "release_interval_s": 0,
@@ -278,7 +278,7 @@ def check_v1_and_v2(storage: Any, factory: Any, directory: str) -> None:
 
 def check_keys(storage: Any) -> None:
     """Every parallel slice SGLang's config can describe gets its own key suffix."""
-    from mooncake_redis.hicache import key_suffix
+    from mooncake_redis.engines.sglang.hicache import key_suffix
 
     configs = {
         "TP 0/2": {"tp_rank": 0, "tp_size": 2}, "TP 1/2": {"tp_rank": 1, "tp_size": 2},
@@ -320,7 +320,7 @@ def check_with_sglangs_controller(storage: Any, directory: str) -> None:
         pool.buffer.copy_(torch.randn(pool.buffer.shape, dtype=torch.float32)
                           .to(torch.bfloat16))
         config = storage_config(storage, tempfile.mkdtemp(dir=directory), f"ctl-{passed}")
-        from mooncake_redis.hicache import MooncakeRedisHiCache
+        from mooncake_redis.engines.sglang.hicache import MooncakeRedisHiCache
 
         backend = MooncakeRedisHiCache(config, {})
         backend.register_mem_pool_host(pool)
@@ -381,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         load_from(wheel)
     storage = importlib.import_module("sglang.srt.mem_cache.hicache_storage")
     factory = importlib.import_module("sglang.srt.mem_cache.storage.backend_factory")
-    from mooncake_redis.hicache import MooncakeRedisHiCache  # after SGLang's module loaded
+    from mooncake_redis.engines.sglang.hicache import MooncakeRedisHiCache
 
     print(f"SGLang from {wheel.name} ({'installed, with torch' if full else 'two modules'})")
     directory = tempfile.mkdtemp(prefix="sglang-check-")

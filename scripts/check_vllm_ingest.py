@@ -220,7 +220,7 @@ def tokens(first: int, blocks: int) -> list[int]:
 
 def run(kv_events: Any, url: str) -> None:
     from mooncake_redis import Index
-    from mooncake_redis.ingest.pods import pods_for_prefix, pods_for_tokens
+    from mooncake_redis.engines.vllm.pods import pods_for_prefix, pods_for_tokens
 
     port, replay_port = free_port(), free_port()
     publisher = kv_events.ZmqEventPublisher(0, f"tcp://*:{port}", f"tcp://*:{replay_port}",

@@ -6,7 +6,7 @@ import hashlib
 from typing import Any
 
 from mooncake_redis import Index
-from mooncake_redis.fsck import check
+from mooncake_redis.operations.fsck import check
 from mooncake_redis.prefix import NEW_SHARD_COUNT, shard_of
 
 BOOKKEEPING = ("fences", "events")

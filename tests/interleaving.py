@@ -37,8 +37,8 @@ from mooncake_redis import (
     ParentConflict,
 )
 from mooncake_redis.executor import Queued, tag_of
-from mooncake_redis.fsck import check
-from mooncake_redis.links import resolve
+from mooncake_redis.operations.fsck import check
+from mooncake_redis.tree.links import resolve
 from mooncake_redis.values import split_node
 
 Operation = Callable[[Index], Any]

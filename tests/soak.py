@@ -28,7 +28,7 @@ from helpers import page
 from soak_actor import CHAIN, SIZE
 
 from mooncake_redis import Index
-from mooncake_redis.fsck import check
+from mooncake_redis.operations.fsck import check
 from mooncake_redis.settings import ENV_PREFIX
 
 ACTOR = Path(__file__).with_name("soak_actor.py")

@@ -18,7 +18,7 @@ from typing import Any
 from helpers import page
 
 from mooncake_redis import Index, MooncakeRedisError
-from mooncake_redis.eviction import Evictor
+from mooncake_redis.capacity.eviction import Evictor
 
 SIZE = 10
 CHAIN = 20

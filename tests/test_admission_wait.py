@@ -9,8 +9,9 @@ import os
 import pytest
 from helpers import assert_consistent
 
-from mooncake_redis import Index, InvalidArgument, NoSpace, waiting
+from mooncake_redis import Index, InvalidArgument, NoSpace
 from mooncake_redis.prefix import NEW_SHARD_COUNT as SHARDS
+from mooncake_redis.store import waiting
 
 SHARD_SHARE = 1000
 """Capacity per shard: SHARDS x this in all."""
@@ -84,7 +85,7 @@ def test_the_setting_gives_the_wait_and_only_refused_items_are_sent_again(
 
 
 class StepClock:
-    """The waiting loop's clock (mooncake_redis.waiting reads time.monotonic and sleeps):
+    """The waiting loop's clock (mooncake_redis.store.waiting reads time.monotonic and sleeps):
     time moves only when the loop sleeps, so the wait lasts as many sends as its pauses
     add up to, however slow the machine or the eviction job it runs."""
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import redis
 
-from mooncake_redis import Index, fsck
+from mooncake_redis import Index
+from mooncake_redis.operations import fsck
 
 ROOT = Path(__file__).resolve().parent.parent
 

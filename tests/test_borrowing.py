@@ -1,4 +1,4 @@
-"""Admission by borrowing (mooncake_redis/borrowing.py, lua/lend.lua) on every backend: a
+"""Admission by borrowing (mooncake_redis/capacity/borrowing.py, lua/lend.lua) on every backend: a
 put that fits the namespace's free capacity is admitted whatever its shard's share, a put
 that does not is refused and moves nothing, and the keeper gives back limit lost between
 a borrower's two steps but never the same bytes twice. Concurrency: the borrowing
@@ -10,7 +10,7 @@ import pytest
 from helpers import assert_consistent, page
 
 from mooncake_redis import Index, NoSpace
-from mooncake_redis.admission import lend, read_shards, rebalance
+from mooncake_redis.capacity.admission import lend, read_shards, rebalance
 
 CAPACITY = 10_000
 """The RFC's example: a 10 KB store of 1 KB objects (16 shards: 625 bytes each at first)."""

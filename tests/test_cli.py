@@ -21,15 +21,15 @@ import redis
 import rq
 from helpers import A, B, C, page
 from helpers import build_small_tree as build
-from mooncake_redis.workers.jobs import ENV_QUEUE_URL, QUEUE_NAME
 
 from mooncake_redis import Index
-from mooncake_redis.cli import main
-from mooncake_redis.eviction import LOCK_HELD, TARGET_REACHED
-from mooncake_redis.fsck import check
+from mooncake_redis.capacity.eviction import LOCK_HELD, TARGET_REACHED
+from mooncake_redis.cli.main import main
+from mooncake_redis.operations.fsck import check
 from mooncake_redis.settings import ENV_URL
 from mooncake_redis.sim import cli as sim_cli
 from mooncake_redis.urls import RedisCli, safe_url
+from mooncake_redis.workers.jobs import ENV_QUEUE_URL, QUEUE_NAME
 
 needs_redis_cli = pytest.mark.skipif(shutil.which("redis-cli") is None,
                                      reason="redis-cli is not installed")
@@ -653,7 +653,7 @@ def test_not_found_is_one_error_line_and_bad_names_or_ports_are_usage_errors(
 def test_pods_reads_redis_without_the_vllm_extra(redis_url: str) -> None:
     """`pods` only reads the tree: it must run where pyzmq and msgpack are not installed."""
     script = ("import sys\nsys.modules['zmq'] = sys.modules['msgpack'] = None\n"
-              "from mooncake_redis.cli import main\n"
+              "from mooncake_redis.cli.main import main\n"
               f"sys.exit(main(['--url', {redis_url!r}, '--namespace', 'pods-noextra', "
               f"'pods', {page('block')!r}]))\n")
     Index.from_url(redis_url, namespace="pods-noextra", lease_ttl_ms=5)  # it exists

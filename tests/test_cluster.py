@@ -25,8 +25,8 @@ from redis_server import RedisServer
 
 from mooncake_redis import ConfigurationError, Index, MooncakeRedisError, ReplicationIncomplete
 from mooncake_redis.executor import CrossSlotCall, load_scripts
-from mooncake_redis.fsck import FsckReport, check
-from mooncake_redis.links import pending_member
+from mooncake_redis.operations.fsck import FsckReport, check
+from mooncake_redis.tree.links import pending_member
 
 LIVENESS_DEADLINE_S = 60
 """Bound on waiting for the load or a blocked call (not a performance assertion: it only

@@ -33,11 +33,11 @@ from helpers import page
 from redis_server import RedisServer
 
 from mooncake_redis import Index, MooncakeRedisError
-from mooncake_redis.eviction import NOTHING_EVICTABLE, TARGET_REACHED
-from mooncake_redis.fsck import FsckReport, check
-from mooncake_redis.links import ResolverReport
-from mooncake_redis.matching import scan_node_keys
+from mooncake_redis.capacity.eviction import NOTHING_EVICTABLE, TARGET_REACHED
+from mooncake_redis.operations.fsck import FsckReport, check
 from mooncake_redis.settings import ENV_PREFIX, ENV_URL
+from mooncake_redis.tree.links import ResolverReport
+from mooncake_redis.tree.matching import scan_node_keys
 from mooncake_redis.values import NodeFields, child_field, decode_object, split_node
 
 CLIENT = Path(__file__).with_name("crash_client.py")

@@ -12,7 +12,7 @@ import redis
 import yaml
 from redis_server import RedisServer
 
-from mooncake_redis.cli import build_parser
+from mooncake_redis.cli.main import build_parser
 from mooncake_redis.settings import (
     ENV_NAMESPACE,
     ENV_PREFIX,

@@ -14,8 +14,8 @@ from helpers import page
 from redis_server import RedisServer
 
 from mooncake_redis import Index
-from mooncake_redis.cli import main
-from mooncake_redis.doctor import diagnose
+from mooncake_redis.cli.main import main
+from mooncake_redis.operations.doctor import diagnose
 
 
 @pytest.fixture(autouse=True)

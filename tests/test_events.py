@@ -1,4 +1,4 @@
-"""The events consumer (mooncake_redis/events.py, docs/EVENTS.md): what the scripts emit,
+"""The events consumer (mooncake_redis/store/events.py, docs/EVENTS.md): what the scripts emit,
 read back in order per shard; consumer groups ack and redeliver; a consumer killed while
 writers write sees every event at least once; a consumer that falls behind the cap is told
 which shard lost events, and the shard's listing is what the shard holds; the CLI."""
@@ -19,9 +19,9 @@ from conftest import IndexFactory
 from helpers import default_shard, page
 
 from mooncake_redis import Index
-from mooncake_redis.cli import main
+from mooncake_redis.cli.main import main
 from mooncake_redis.errors import EventsLost, InvalidArgument
-from mooncake_redis.events import Event
+from mooncake_redis.store.events import Event
 
 CONSUMER = Path(__file__).with_name("events_consumer.py")
 

@@ -10,7 +10,7 @@ from clock import next_redis_millisecond, redis_now_ms, wait_for_redis_time
 from helpers import assert_consistent, page
 
 from mooncake_redis import Index, InvalidArgument
-from mooncake_redis.eviction import (
+from mooncake_redis.capacity.eviction import (
     LOCK_HELD,
     NO_CAPACITY,
     NOTHING_EVICTABLE,
@@ -271,7 +271,7 @@ def test_a_job_waits_for_a_keeper_that_holds_the_lock(
         index: Index, monkeypatch: pytest.MonkeyPatch) -> None:
     """A keeper (the monitor's, set_config's) holds the eviction lock for milliseconds: a
     job that finds it waits for it, not stops. The keeper's end is the first wait's."""
-    from mooncake_redis import admission
+    from mooncake_redis.capacity import admission
 
     store(index, "leaf")
     lock = index.ctx.schema.eviction_lock

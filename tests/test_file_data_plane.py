@@ -19,12 +19,12 @@ import pytest
 from conftest import IndexFactory
 
 from mooncake_redis import Index
-from mooncake_redis.admission import eviction_lock
-from mooncake_redis.byte_store import FileByteStore
-from mooncake_redis.data_plane import FileDataPlane, Page
+from mooncake_redis.capacity.admission import eviction_lock
+from mooncake_redis.capacity.eviction import ROUND_LIMIT
 from mooncake_redis.errors import InvalidArgument
-from mooncake_redis.eviction import ROUND_LIMIT
-from mooncake_redis.matching import scan_node_keys
+from mooncake_redis.files.byte_store import FileByteStore
+from mooncake_redis.files.data_plane import FileDataPlane, Page
+from mooncake_redis.tree.matching import scan_node_keys
 from mooncake_redis.values import decode_object, split_node
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "file_data_plane.py"

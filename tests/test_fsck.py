@@ -8,8 +8,8 @@ import pytest
 from helpers import other_shard, page
 
 from mooncake_redis import Index
-from mooncake_redis.fsck import check
-from mooncake_redis.links import add_link
+from mooncake_redis.operations.fsck import check
+from mooncake_redis.tree.links import add_link
 
 A, B, C, GONE = page("A"), page("B"), page("C"), page("gone")
 

@@ -22,8 +22,8 @@ import pytest
 from clock import wait_until
 
 from mooncake_redis import Index
-from mooncake_redis.byte_store import FileByteStore
-from mooncake_redis.hicache import MooncakeRedisHiCache
+from mooncake_redis.engines.sglang.hicache import MooncakeRedisHiCache
+from mooncake_redis.files.byte_store import FileByteStore
 
 STORAGE_BATCH_SIZE = 128  # sglang.srt.mem_cache.hicache_storage.STORAGE_BATCH_SIZE
 PAGE_SIZE = 4  # tokens per page
@@ -118,7 +118,8 @@ def make_backend(url: str, tmp_path: Path) -> Iterator[Factory]:
     made: list[MooncakeRedisHiCache] = []
 
     def factory(capacity: int = 1 << 20, **config: Any) -> MooncakeRedisHiCache:
-        extra = {"backend_name": "mooncake_redis", "module_path": "mooncake_redis.hicache",
+        extra = {"backend_name": "mooncake_redis",
+                 "module_path": "mooncake_redis.engines.sglang.hicache",
                  "class_name": "MooncakeRedisHiCache", "url": url, "directory": str(tmp_path),
                  "segment_capacity_bytes": capacity, "release_interval_s": 0,
                  "index_settings": {"lease_ttl_ms": 0}}
@@ -313,7 +314,7 @@ def test_a_chain_stored_without_prefix_keys_is_linked_by_the_hit_query(
     pool.data[:] = b"".join(content(str(i)) for i in range(8))
     backend.register_mem_pool_host(pool)
     hashes = page_hashes(list(range(6 * PAGE_SIZE)))
-    with caplog.at_level("WARNING", "mooncake_redis.hicache"):
+    with caplog.at_level("WARNING", "mooncake_redis.engines.sglang.hicache"):
         write_back(backend, hashes[:4], pool, pass_prefix_keys=False)  # radix node 1
         write_back(backend, hashes[4:], pool, first_page=4, pass_prefix_keys=False)  # node 2
     assert backend.counters.batches_without_parent == 2
@@ -342,7 +343,7 @@ def test_with_prefix_keys_nothing_is_counted(make_backend: Factory) -> None:
 
 
 def test_the_counters_are_exported(make_backend: Factory) -> None:
-    from mooncake_redis.metrics import Exporter
+    from mooncake_redis.operations.metrics import Exporter
 
     backend = make_backend()
     exporter = Exporter([backend.plane.index.ctx])

@@ -12,7 +12,7 @@ from helpers import default_shard, page
 from interleaving import Explorer, Scenario
 
 from mooncake_redis import Index, NoSpace
-from mooncake_redis.admission import read_shards, rebalance
+from mooncake_redis.capacity.admission import read_shards, rebalance
 from mooncake_redis.prefix import shard_names, shard_of
 
 
@@ -200,7 +200,7 @@ def test_an_operation_that_hangs_fails_the_run_with_its_schedule(redis_url: str)
         released.set()
 
 
-# Borrowing limit (mooncake_redis/borrowing.py) racing another put and the keeper, in a
+# Borrowing limit (mooncake_redis/capacity/borrowing.py) racing another put and the keeper, in a
 # namespace of 4 shards of 10 bytes each: S1 holds 8 bytes, 32 are free, and the two puts
 # want 20 + 15, so one of them must be refused. After every step the used bytes stay within
 # capacity, and so does the sum over shards of the larger of limit and usage (what the

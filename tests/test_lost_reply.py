@@ -19,7 +19,7 @@ from redis_server import RedisServer
 
 from mooncake_redis import Index
 from mooncake_redis.errors import OutcomeUnknown
-from mooncake_redis.fsck import check
+from mooncake_redis.operations.fsck import check
 
 ROOT, MIDDLE, TIP, OTHER = page("lost-root"), page("lost-middle"), page("lost-tip"), page("x")
 _namespaces = itertools.count()

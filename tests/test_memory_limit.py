@@ -14,7 +14,7 @@ from helpers import assert_consistent, page
 from redis_server import RedisServer
 
 from mooncake_redis import Index, StoreFull
-from mooncake_redis.fsck import check
+from mooncake_redis.operations.fsck import check
 
 
 @pytest.fixture

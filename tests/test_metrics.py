@@ -22,18 +22,18 @@ import pytest
 import redis
 import rq
 from helpers import A, B, C, build_small_tree, page
-from mooncake_redis.workers.jobs import QUEUE_NAME, request_eviction
-from mooncake_redis.workers.monitor import watch
 from ports import free_port
 from prometheus_client import make_wsgi_app
 from prometheus_client.parser import text_string_to_metric_families
 from redis_server import RedisServer
 
 from mooncake_redis import Index
-from mooncake_redis.cli import main
+from mooncake_redis.capacity.eviction import TARGET_REACHED
+from mooncake_redis.cli.main import main
 from mooncake_redis.errors import NoSpace
-from mooncake_redis.eviction import TARGET_REACHED
-from mooncake_redis.metrics import Exporter
+from mooncake_redis.operations.metrics import Exporter
+from mooncake_redis.workers.jobs import QUEUE_NAME, request_eviction
+from mooncake_redis.workers.monitor import watch
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "deploy" / "grafana" / "mooncake-redis.json"
 METRIC_NAME = re.compile(r"\bmooncake_redis_[a-z_]+")
@@ -346,7 +346,8 @@ def test_the_monitor_counts_the_jobs_it_enqueues(redis_url: str) -> None:
 
 def test_without_prometheus_client_the_command_says_what_to_install(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setitem(sys.modules, "mooncake_redis.metrics", None)  # as if not installed
+    # as if not installed
+    monkeypatch.setitem(sys.modules, "mooncake_redis.operations.metrics", None)
     assert main(["--url", "memory://", "metrics", "--once"]) == 1
     assert "pip install 'mooncake-redis[metrics]'" in capsys.readouterr().err
 

@@ -37,9 +37,9 @@ from mooncake_redis import (
     ParentConflict,
     Result,
 )
-from mooncake_redis.fsck import check
 from mooncake_redis.models import ObjectInfo
-from mooncake_redis.objects import object_info
+from mooncake_redis.operations.fsck import check
+from mooncake_redis.store.objects import object_info
 from mooncake_redis.values import split_node
 
 HASHES = [page(f"model-{i}") for i in range(5)]

@@ -29,7 +29,6 @@ import pytest
 from redis_server import RedisServer
 
 from mooncake_redis import Index
-from mooncake_redis.matching import scan_node_keys
 from mooncake_redis.mooncake import (
     BufferHandle,
     MooncakeDistributedStore,
@@ -38,6 +37,7 @@ from mooncake_redis.mooncake import (
 )
 from mooncake_redis.mooncake.setup_options import parse_size
 from mooncake_redis.mooncake.store import MAX_ENCODED_KEY, MOONCAKE_DEFAULTS
+from mooncake_redis.tree.matching import scan_node_keys
 from mooncake_redis.values import decode_object, split_node
 
 NAMESPACE = "dropin"

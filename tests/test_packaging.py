@@ -76,12 +76,12 @@ def test_pdoc_writes_the_api_reference_with_the_index_page(tmp_path: Path) -> No
 
     script = (ROOT / "scripts" / "api_docs.sh").read_text()
     modules = re.findall(r"mooncake_redis[\w.]*", script.split('"$@"', 1)[1])
-    assert modules == ["mooncake_redis", "mooncake_redis.metrics"]
+    assert modules == ["mooncake_redis", "mooncake_redis.operations.metrics"]
     pdoc.pdoc(*modules, output_directory=tmp_path)
     page = (tmp_path / "mooncake_redis.html").read_text()
     assert 'id="Index"' in page and 'id="Index.batch_put_start"' in page
     assert "one Result per item" in page and "wait_ms" in page  # docstrings, as written
-    assert 'id="Exporter.count_this_process"' in (tmp_path / "mooncake_redis" /
+    assert 'id="Exporter.count_this_process"' in (tmp_path / "mooncake_redis" / "operations" /
                                                   "metrics.html").read_text()
     assert (tmp_path / "index.html").exists()
 

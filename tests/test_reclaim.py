@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from clock import wait_for_redis_time
 from helpers import assert_consistent, page
-from mooncake_redis.workers.monitor import watch
 
 from mooncake_redis import Index, InvalidObjectState
-from mooncake_redis.deletion import delete_objects
+from mooncake_redis.store.deletion import delete_objects
+from mooncake_redis.workers.monitor import watch
 
 
 def test_the_monitor_reclaims_expired_unfinished_puts_below_the_watermark(
@@ -51,7 +51,7 @@ def test_a_put_finished_meanwhile_is_not_reclaimed(index: Index) -> None:
 def test_a_sweep_covers_the_namespace_page_by_page(index: Index, backend: str) -> None:
     """One SCAN page per primary per check: a namespace larger than a page is swept over
     several checks, each resuming where the last one stopped."""
-    from mooncake_redis.reclaim import Reclaimer
+    from mooncake_redis.operations.reclaim import Reclaimer
 
     keys = [f"{page(('many', i))}_0_k" for i in range(300)]
     index.batch_put_start([(key, 1) for key in keys])

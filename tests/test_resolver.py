@@ -8,7 +8,7 @@ import pytest
 from helpers import assert_consistent, build_small_tree, default_shard, other_shard, page
 
 from mooncake_redis import Index
-from mooncake_redis.links import outbox_member, pending_member, resolve
+from mooncake_redis.tree.links import outbox_member, pending_member, resolve
 
 A, B = page("resolver-a"), page("resolver-b")
 

@@ -17,7 +17,7 @@ from redis.crc import key_slot
 
 from mooncake_redis import Index, ObjectAlreadyExists
 from mooncake_redis.executor import CrossSlotCall
-from mooncake_redis.fsck import check
+from mooncake_redis.operations.fsck import check
 from mooncake_redis.scripts import (
     LAZY,
     LIBRARY,

@@ -21,8 +21,6 @@ import pytest
 import redis
 import trustme
 from helpers import page
-from mooncake_redis.workers.jobs import ENV_QUEUE_URL, eviction_job, request_eviction
-from mooncake_redis.workers.worker import run_worker
 from redis_server import RedisServer
 
 from mooncake_redis import (
@@ -31,10 +29,12 @@ from mooncake_redis import (
     MooncakeRedisError,
     PermissionDenied,
 )
-from mooncake_redis.cli import main
-from mooncake_redis.fsck import check
+from mooncake_redis.cli.main import main
 from mooncake_redis.keys import KeySchema
+from mooncake_redis.operations.fsck import check
 from mooncake_redis.settings import ENV_URL, Settings
+from mooncake_redis.workers.jobs import ENV_QUEUE_URL, eviction_job, request_eviction
+from mooncake_redis.workers.worker import run_worker
 
 NAMESPACE = "acl"
 COMMANDS = [
@@ -323,7 +323,7 @@ def test_a_fresh_cli_or_worker_process_imports_nothing_named_in_redis(
     HOSTILE["extractor as an import path"](admin, KeySchema(NAMESPACE))
     environment = {**{k: v for k, v in os.environ.items() if not k.startswith("MOONCAKE_")},
                    ENV_URL: url, ENV_QUEUE_URL: queue_url}
-    cli = subprocess.run([sys.executable, "-m", "mooncake_redis.cli", "--namespace", NAMESPACE,
+    cli = subprocess.run([sys.executable, "-m", "mooncake_redis.cli.main", "--namespace", NAMESPACE,
                           "stats"], capture_output=True, text=True, timeout=120, env=environment)
     # the name is data: reported as unreadable, the default rule used, nothing imported
     assert cli.returncode == 0 and "UNREADABLE stored value" in cli.stdout, cli.stderr

@@ -18,9 +18,9 @@ from conftest import IndexFactory
 from helpers import A, B, assert_consistent, page, snapshot
 
 from mooncake_redis import ConfigurationError, Index, InvalidArgument, NoSpace
-from mooncake_redis import segments as segments_module
 from mooncake_redis.errors import SegmentExists, SegmentNotMounted, SegmentUnmounting
-from mooncake_redis.matching import scan_node_keys
+from mooncake_redis.store import segments as segments_module
+from mooncake_redis.tree.matching import scan_node_keys
 from mooncake_redis.values import decode_object, split_node
 
 SEGMENT = "node-a:7000"
@@ -336,7 +336,7 @@ CRASHING_UNMOUNT = """
 import sys
 from mooncake_redis import Index
 index = Index.from_url(sys.argv[1], namespace="crash")
-from mooncake_redis import segments
+from mooncake_redis.store import segments
 original = segments._sweep
 def paced(*args):
     original(*args)
@@ -384,7 +384,7 @@ def test_an_unmount_killed_mid_sweep_with_writers_running_is_finished_by_the_nex
 
 
 def test_the_segments_command(redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from mooncake_redis.cli import main
+    from mooncake_redis.cli.main import main
 
     common = ["--url", redis_url, "--namespace", "segcli"]
     assert main([*common, "segments", "mount", SEGMENT, "64MiB"]) == 0

@@ -229,10 +229,9 @@ def test_a_bad_stored_setting_shuts_nobody_out(make_index, backend, case, caplog
                                                capsys) -> None:
     """Clients, the eviction job, the monitor, fsck and the CLI open the namespace with the
     default for each unreadable value, say so, and `config set` / `config reset` mend it."""
+    from mooncake_redis.cli.main import main
+    from mooncake_redis.operations.fsck import check
     from mooncake_redis.workers.monitor import watch
-
-    from mooncake_redis.cli import main
-    from mooncake_redis.fsck import check
 
     first: Index = make_index(capacity_bytes="1MiB")
     first.put_start(KEY, 10)

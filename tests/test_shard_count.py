@@ -102,7 +102,7 @@ def test_a_200_page_batch_takes_at_most_one_call_a_shard_a_step(
 def test_fsck_keeps_nodes_that_a_wrong_stored_count_misplaces(make_index) -> None:
     """A planted (valid) shard_count makes every node look misplaced: fsck says so and its
     repair deletes nothing, since the setting, not the data, may be what is wrong."""
-    from mooncake_redis.fsck import check
+    from mooncake_redis.operations.fsck import check
 
     old: Index = make_index(shard_count=256)
     keys = [f"{h}_0_k" for h in PAGES[:20]]
@@ -120,7 +120,7 @@ def test_fsck_keeps_nodes_that_a_wrong_stored_count_misplaces(make_index) -> Non
 
 
 def test_a_writing_command_on_a_mistyped_namespace_writes_nothing(redis_url: str) -> None:
-    from mooncake_redis.cli import main
+    from mooncake_redis.cli.main import main
 
     assert main(["--url", redis_url, "--namespace", "typo", "fsck", "--repair"]) != 0
     assert redis.Redis.from_url(redis_url).keys("typo:*") == []

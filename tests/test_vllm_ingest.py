@@ -26,20 +26,20 @@ from vllm_wire import (
 )
 
 from mooncake_redis import Index
-from mooncake_redis.cli import main
-from mooncake_redis.errors import InvalidArgument
-from mooncake_redis.ingest import cli as ingest_cli
-from mooncake_redis.ingest.feed import Feed, digest
-from mooncake_redis.ingest.ingester import Ingester, stored_position
-from mooncake_redis.ingest.pods import (
+from mooncake_redis.cli import ingest as ingest_cli
+from mooncake_redis.cli.main import main
+from mooncake_redis.engines.vllm.feed import Feed, digest
+from mooncake_redis.engines.vllm.ingester import Ingester, stored_position
+from mooncake_redis.engines.vllm.kv_events import InvalidEvent, decode_batch, prefix_hash_of
+from mooncake_redis.engines.vllm.pods import (
     PROBE,
     PodWriter,
     object_key,
     pods_for_prefix,
     pods_for_tokens,
 )
-from mooncake_redis.ingest.tokens import token_block_hashes, token_prefix_hash
-from mooncake_redis.ingest.vllm_events import InvalidEvent, decode_batch, prefix_hash_of
+from mooncake_redis.engines.vllm.tokens import token_block_hashes, token_prefix_hash
+from mooncake_redis.errors import InvalidArgument
 
 DEADLINE_S = 20
 """Bound on waiting for ZMQ delivery (liveness only: no test measures time)."""

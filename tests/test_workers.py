@@ -21,6 +21,12 @@ import redis
 import rq
 from clock import wait_until
 from helpers import assert_consistent, page
+from redis_server import RedisServer
+
+from mooncake_redis import ConfigurationError, Index, NoSpace
+from mooncake_redis.capacity.eviction import LOCK_HELD, ROUND_LIMIT
+from mooncake_redis.cli.main import main
+from mooncake_redis.settings import ENV_URL
 from mooncake_redis.workers.jobs import (
     ENV_QUEUE_URL,
     QUEUE_NAME,
@@ -31,12 +37,6 @@ from mooncake_redis.workers.jobs import (
 )
 from mooncake_redis.workers.monitor import watch
 from mooncake_redis.workers.worker import run_worker
-from redis_server import RedisServer
-
-from mooncake_redis import ConfigurationError, Index, NoSpace
-from mooncake_redis.cli import main
-from mooncake_redis.eviction import LOCK_HELD, ROUND_LIMIT
-from mooncake_redis.settings import ENV_URL
 
 _memory_names = itertools.count()
 
@@ -222,7 +222,7 @@ def test_put_start_refused_for_space_enqueues_a_job(redis_url: str, queue_url: s
 
 KILLED_WORKER = """
 import sys, time
-from mooncake_redis.eviction import Evictor
+from mooncake_redis.capacity.eviction import Evictor
 from mooncake_redis.workers.jobs import eviction_job
 original = Evictor._round
 def slow_round(self, *args):
@@ -329,13 +329,13 @@ def test_an_eviction_job_logs_one_line_however_it_stops(
     index = Index.from_url(redis_url, namespace="logged", capacity_bytes=1 << 20,
                            lease_ttl_ms=1)
     roots(index, 4, size=100)
-    caplog.set_level(logging.INFO, logger="mooncake_redis.eviction")
+    caplog.set_level(logging.INFO, logger="mooncake_redis.capacity.eviction")
     index.client.set(index.ctx.schema.eviction_lock, "another-job", px=10_000)
     index.evict(target_ratio=0)
     index.client.delete(index.ctx.schema.eviction_lock)
     report = index.evict(target_ratio=0)
     lines = [record.getMessage() for record in caplog.records
-             if record.name == "mooncake_redis.eviction"]
+             if record.name == "mooncake_redis.capacity.eviction"]
     assert len(lines) == 2
     assert lines[0].startswith(f"eviction job in namespace logged: {LOCK_HELD}: 0 rounds")
     assert lines[1].startswith(
@@ -357,7 +357,8 @@ def test_the_worker_logs_rq_lines_and_each_eviction_job_to_a_pipe(
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     job_lines = [line for line in result.stderr.splitlines()
-                 if " INFO mooncake_redis.eviction: eviction job in namespace wlog: " in line]
+                 if " INFO mooncake_redis.capacity.eviction: eviction job in namespace wlog: "
+                 in line]
     assert len(job_lines) == 1 and "target reached" in job_lines[0]
     assert " INFO rq.worker: " in result.stderr  # RQ's own lines, in the same format
     assert "Job OK" in result.stderr
@@ -381,7 +382,7 @@ def test_the_monitor_logs_while_it_runs_and_stops_cleanly_on_sigterm(
         while not any("eviction job enqueued" in line for line in seen):
             seen.append(arriving.get(timeout=30))
             assert seen[-1], "the monitor exited: " + "".join(seen)
-        assert any(" INFO mooncake_redis.eviction_cli: monitor started" in line
+        assert any(" INFO mooncake_redis.cli.eviction: monitor started" in line
                    for line in seen)
         assert monitor.poll() is None  # still running
         monitor.terminate()  # SIGTERM, as docker stop sends

@@ -16,7 +16,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from ..data_plane import FileDataPlane
+from mooncake_redis.files.data_plane import FileDataPlane
+
 from ..errors import SegmentExists, SegmentNotMounted, SegmentUnmounting
 from ..index import Index
 from .codes import FAILURES

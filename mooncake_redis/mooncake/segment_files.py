@@ -17,7 +17,7 @@ from collections.abc import Collection
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from ..byte_store import FileByteStore
+from mooncake_redis.files.byte_store import FileByteStore
 
 DIRECTORY_PREFIX = "segment-"
 

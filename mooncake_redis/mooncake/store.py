@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from ..byte_store import MAX_QUOTED_KEY, FileByteStore
-from ..data_plane import FileDataPlane, Page, room_for, write_pages
+from mooncake_redis.files.byte_store import MAX_QUOTED_KEY, FileByteStore
+from mooncake_redis.files.data_plane import FileDataPlane, Page, room_for, write_pages
+
 from ..errors import (
     InvalidArgument,
     LinkContention,

@@ -6,8 +6,8 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from mooncake_redis.cli_support import at_least
-from mooncake_redis.sim.runner import check_capacity_fractions, check_names
+from mooncake_redis.cli.support import at_least
+from mooncake_redis.sim.indexes.runner import check_capacity_fractions, check_names
 
 BAD_INPUT_EXIT_CODE = 2
 """What `sim` returns for input it cannot use, as argparse exits for an option it rejects."""

@@ -15,8 +15,21 @@ from mooncake_redis.sim.arguments import (
     names_from,
     refuse,
 )
-from mooncake_redis.sim.metrics import timer_overhead_ns
-from mooncake_redis.sim.policies import POLICY_NAMES
+from mooncake_redis.sim.indexes.metrics import timer_overhead_ns
+from mooncake_redis.sim.indexes.policies import POLICY_NAMES
+from mooncake_redis.sim.indexes.runner import (
+    INDEX_NAMES,
+    QUICK_CAPACITIES,
+    QUICK_POLICIES,
+    SimulationSettings,
+    run_experiment,
+)
+from mooncake_redis.sim.indexes.workload import (
+    DEFAULT_PAGE_TOKENS,
+    MAY_BE_ZERO,
+    WorkloadConfig,
+    generate_workload,
+)
 from mooncake_redis.sim.redis_backend import DEFAULT_CAPACITY_FRACTION, run_redis_backend
 from mooncake_redis.sim.report import (
     CSV_NAME,
@@ -26,21 +39,8 @@ from mooncake_redis.sim.report import (
     write_hit_rate_plot,
     write_results,
 )
-from mooncake_redis.sim.runner import (
-    INDEX_NAMES,
-    QUICK_CAPACITIES,
-    QUICK_POLICIES,
-    SimulationSettings,
-    run_experiment,
-)
 from mooncake_redis.sim.service_cli import add_service_arguments
 from mooncake_redis.sim.trace_cli import add_trace_arguments, run_trace
-from mooncake_redis.sim.workload import (
-    DEFAULT_PAGE_TOKENS,
-    MAY_BE_ZERO,
-    WorkloadConfig,
-    generate_workload,
-)
 
 _WORKLOAD_HELP = {
     "sessions": "concurrent chat sessions, their turns interleaved at random",

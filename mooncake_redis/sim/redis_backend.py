@@ -1,6 +1,6 @@
 """`sim --backend redis` on the generated workload: its page chains, in the order the turns
 arrive, replayed on the service with the radix tree (leaf-first eviction) and without it
-(Mooncake's lease-ordered eviction). The replay itself is `service_replay.py`."""
+(Mooncake's lease-ordered eviction). The replay itself is `service/replay.py`."""
 
 from __future__ import annotations
 
@@ -9,12 +9,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 
 from mooncake_redis.sim.arguments import refuse
-from mooncake_redis.sim.kv_layout import kv_object_bytes
-from mooncake_redis.sim.page_trace import ServicePages, hash_chain_pages
+from mooncake_redis.sim.indexes.workload import SpanKind, Workload, page_chains
+from mooncake_redis.sim.service.replay import PageLayout
+from mooncake_redis.sim.service.runner import (
+    ServiceRunMetrics,
+    ServiceSettings,
+    run_on_service,
+)
 from mooncake_redis.sim.service_cli import run_service_replay, service_settings
-from mooncake_redis.sim.service_replay import PageLayout
-from mooncake_redis.sim.service_runner import ServiceRunMetrics, ServiceSettings, run_on_service
-from mooncake_redis.sim.workload import SpanKind, Workload, page_chains
+from mooncake_redis.sim.trace.kv_layout import kv_object_bytes
+from mooncake_redis.sim.trace.pages import ServicePages, hash_chain_pages
 
 CSV_NAME = "redis_results.csv"
 JSON_NAME = "redis_results.json"

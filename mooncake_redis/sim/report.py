@@ -9,7 +9,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from mooncake_redis.sim.metrics import RunMetrics
+from mooncake_redis.sim.indexes.metrics import RunMetrics
 
 CSV_NAME = "results.csv"
 JSON_NAME = "results.json"

@@ -11,16 +11,16 @@ from typing import Any
 
 from mooncake_redis.settings import DEFAULT_URL, ENV_URL, Settings
 from mooncake_redis.sim.arguments import integers_at_least, names_from
-from mooncake_redis.sim.kv_layout import KV_SUFFIXES
-from mooncake_redis.sim.page_trace import ServicePages
 from mooncake_redis.sim.report import format_table, write_results
-from mooncake_redis.sim.service_replay import READ_LEASE_TTL_MS, PageLayout
-from mooncake_redis.sim.service_runner import (
+from mooncake_redis.sim.service.replay import READ_LEASE_TTL_MS, PageLayout
+from mooncake_redis.sim.service.runner import (
     MODE_NAMES,
     ServiceRunMetrics,
     ServiceSettings,
     run_on_service,
 )
+from mooncake_redis.sim.trace.kv_layout import KV_SUFFIXES
+from mooncake_redis.sim.trace.pages import ServicePages
 from mooncake_redis.urls import redact
 
 DEFAULT_NAMESPACE = "mc"

@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from mooncake_redis.sim.arguments import at_least, refuse
-from mooncake_redis.sim.kv_layout import kv_object_bytes, kv_page_bytes
-from mooncake_redis.sim.metrics import TraceRunMetrics, timer_overhead_ns
-from mooncake_redis.sim.page_replay import TOUCH_ORDERS
-from mooncake_redis.sim.page_trace import read_page_trace, service_pages
+from mooncake_redis.sim.indexes.metrics import TraceRunMetrics, timer_overhead_ns
 from mooncake_redis.sim.report import PlotPanel, format_table, write_hit_rate_plot, write_results
+from mooncake_redis.sim.service.replay import PageLayout
 from mooncake_redis.sim.service_cli import run_service_replay, service_settings
-from mooncake_redis.sim.service_replay import PageLayout
-from mooncake_redis.sim.trace_runner import (
+from mooncake_redis.sim.trace.kv_layout import kv_object_bytes, kv_page_bytes
+from mooncake_redis.sim.trace.page_replay import TOUCH_ORDERS
+from mooncake_redis.sim.trace.pages import read_page_trace, service_pages
+from mooncake_redis.sim.trace.runner import (
     TRACE_INDEX_NAMES,
     TraceSettings,
     run_trace_experiment,

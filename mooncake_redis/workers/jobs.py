@@ -11,10 +11,10 @@ import os
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from mooncake_redis.capacity.eviction import Evictor
 from mooncake_redis.connection import connect
 from mooncake_redis.context import Context
 from mooncake_redis.errors import ConfigurationError
-from mooncake_redis.eviction import Evictor
 from mooncake_redis.settings import DEFAULT_URL, ENV_PREFIX, ENV_URL
 
 if TYPE_CHECKING:

@@ -11,11 +11,11 @@ from collections.abc import Callable
 
 import redis
 
-from mooncake_redis.admission import rebalance
+from mooncake_redis.capacity.admission import rebalance
 from mooncake_redis.context import Context
 from mooncake_redis.errors import MooncakeRedisError, RedisUnavailable
-from mooncake_redis.reclaim import Reclaimer
-from mooncake_redis.segments import unmount_silent
+from mooncake_redis.operations.reclaim import Reclaimer
+from mooncake_redis.store.segments import unmount_silent
 
 from .jobs import request_eviction
 

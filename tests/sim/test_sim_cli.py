@@ -11,8 +11,8 @@ import pytest
 
 from mooncake_redis.sim import __main__ as sim_main
 from mooncake_redis.sim.cli import register, simulation_settings
-from mooncake_redis.sim.policies import POLICY_NAMES
-from mooncake_redis.sim.runner import QUICK_CAPACITIES, QUICK_POLICIES
+from mooncake_redis.sim.indexes.policies import POLICY_NAMES
+from mooncake_redis.sim.indexes.runner import QUICK_CAPACITIES, QUICK_POLICIES
 
 TINY_WORKLOAD = [
     "--sessions", "2", "--turns", "2", "--system-prompt-tokens", "8",

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from mooncake_redis.sim.bitwise_radix import BitwiseRadixTreeIndex
-from mooncake_redis.sim.cache_index import NORMAL_TIER, PROTECTED_TIER, CacheIndex
-from mooncake_redis.sim.hash_table import BoundedScanHashTableIndex, HashTableIndex
-from mooncake_redis.sim.keys import CacheKey
-from mooncake_redis.sim.radix_tree import RadixTreeIndex
+from mooncake_redis.sim.indexes.bitwise_radix import BitwiseRadixTreeIndex
+from mooncake_redis.sim.indexes.cache_index import NORMAL_TIER, PROTECTED_TIER, CacheIndex
+from mooncake_redis.sim.indexes.hash_table import BoundedScanHashTableIndex, HashTableIndex
+from mooncake_redis.sim.indexes.keys import CacheKey
+from mooncake_redis.sim.indexes.radix_tree import RadixTreeIndex
 
 INDEXES = {
     "hash": HashTableIndex,

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from mooncake_redis.sim.keys import (
+from mooncake_redis.sim.indexes.keys import (
     MAX_HEAD,
     MAX_LAYER,
     MAX_POSITION,

@@ -11,24 +11,24 @@ from typing import Any
 
 import pytest
 
-from mooncake_redis.sim.eviction_heap import EvictionHeap
-from mooncake_redis.sim.page_index import RadixPageTree
-from mooncake_redis.sim.page_policies import PAGE_POLICY_NAMES, PageLruPolicy
-from mooncake_redis.sim.page_replay import (
+from mooncake_redis.sim.indexes.eviction_heap import EvictionHeap
+from mooncake_redis.sim.trace.files import TraceRequest
+from mooncake_redis.sim.trace.page_index import RadixPageTree
+from mooncake_redis.sim.trace.page_policies import PAGE_POLICY_NAMES, PageLruPolicy
+from mooncake_redis.sim.trace.page_replay import (
     SHUFFLE_SEED,
     TOUCH_ORDERS,
     ReplayCounters,
     WatermarkReplay,
 )
-from mooncake_redis.sim.page_trace import NO_PARENT, PageTrace, build_page_trace
-from mooncake_redis.sim.trace import TraceRequest
-from mooncake_redis.sim.trace_runner import (
+from mooncake_redis.sim.trace.pages import NO_PARENT, PageTrace, build_page_trace
+from mooncake_redis.sim.trace.runner import (
     TRACE_INDEX_NAMES,
     TraceSettings,
     new_replay,
     replay_pages,
 )
-from mooncake_redis.sim.trace_synthesis import ChainShape, synthetic_chains
+from mooncake_redis.sim.trace.synthesis import ChainShape, synthetic_chains
 
 HALF_LIFE = 16
 SMALL_TREES = ChainShape(system_prompts=3, system_prompt_pages=(1, 3), new_pages=(0, 3),

@@ -6,14 +6,23 @@ from typing import Any
 
 import pytest
 
-from mooncake_redis.sim.bitwise_radix import BitwiseRadixTreeIndex
-from mooncake_redis.sim.cache_index import CacheIndex
-from mooncake_redis.sim.hash_table import BoundedScanHashTableIndex, HashTableIndex
-from mooncake_redis.sim.keys import CacheKey
-from mooncake_redis.sim.policies import BlockHeatPolicy, LruPolicy, PrefixProtectedLruPolicy
-from mooncake_redis.sim.radix_tree import RadixTreeIndex
-from mooncake_redis.sim.runner import SimulationSettings, run_one
-from mooncake_redis.sim.workload import Span, SpanKind, WorkloadConfig, generate_workload
+from mooncake_redis.sim.indexes.bitwise_radix import BitwiseRadixTreeIndex
+from mooncake_redis.sim.indexes.cache_index import CacheIndex
+from mooncake_redis.sim.indexes.hash_table import BoundedScanHashTableIndex, HashTableIndex
+from mooncake_redis.sim.indexes.keys import CacheKey
+from mooncake_redis.sim.indexes.policies import (
+    BlockHeatPolicy,
+    LruPolicy,
+    PrefixProtectedLruPolicy,
+)
+from mooncake_redis.sim.indexes.radix_tree import RadixTreeIndex
+from mooncake_redis.sim.indexes.runner import SimulationSettings, run_one
+from mooncake_redis.sim.indexes.workload import (
+    Span,
+    SpanKind,
+    WorkloadConfig,
+    generate_workload,
+)
 
 COMPLETE_INDEXES = {
     "hash": HashTableIndex,
@@ -50,7 +59,7 @@ def _cached(policy: Any) -> set[tuple[int, int]]:
 
 
 def _decode(raw: str | int) -> CacheKey:
-    from mooncake_redis.sim.keys import parse_key, unpack_key
+    from mooncake_redis.sim.indexes.keys import parse_key, unpack_key
 
     return parse_key(raw) if isinstance(raw, str) else unpack_key(raw)
 

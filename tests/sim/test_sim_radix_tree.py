@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 import pytest
 
-from mooncake_redis.sim.bitwise_radix import BitwiseRadixTreeIndex
-from mooncake_redis.sim.compressed_trie import CompressedTrieIndex
-from mooncake_redis.sim.keys import CacheKey, parse_key, unpack_key
-from mooncake_redis.sim.radix_tree import RadixTreeIndex, StringAlgebra
+from mooncake_redis.sim.indexes.bitwise_radix import BitwiseRadixTreeIndex
+from mooncake_redis.sim.indexes.compressed_trie import CompressedTrieIndex
+from mooncake_redis.sim.indexes.keys import CacheKey, parse_key, unpack_key
+from mooncake_redis.sim.indexes.radix_tree import RadixTreeIndex, StringAlgebra
 
 TREES: list[Callable[[], CompressedTrieIndex]] = [RadixTreeIndex, BitwiseRadixTreeIndex]  # type: ignore[type-arg]
 

@@ -12,18 +12,22 @@ import pytest
 from redis_server import RedisServer
 
 from mooncake_redis import Index
-from mooncake_redis.cli import main as mooncake_redis_main
-from mooncake_redis.fsck import check
-from mooncake_redis.sim.page_trace import hash_chain_pages
+from mooncake_redis.cli.main import main as mooncake_redis_main
+from mooncake_redis.operations.fsck import check
+from mooncake_redis.sim.indexes.workload import (
+    WorkloadConfig,
+    generate_workload,
+    page_chains,
+)
 from mooncake_redis.sim.redis_backend import (
     CSV_NAME,
     JSON_NAME,
     replay_on_service,
     requests_in_arrival_order,
 )
-from mooncake_redis.sim.service_replay import PageLayout, take_census
-from mooncake_redis.sim.service_runner import ServiceRunMetrics
-from mooncake_redis.sim.workload import WorkloadConfig, generate_workload, page_chains
+from mooncake_redis.sim.service.replay import PageLayout, take_census
+from mooncake_redis.sim.service.runner import ServiceRunMetrics
+from mooncake_redis.sim.trace.pages import hash_chain_pages
 
 _store_names = itertools.count()
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from blake3 import blake3
 
-from mooncake_redis.sim.page_trace import (
+from mooncake_redis.sim.trace.files import TraceFormatError, iter_trace
+from mooncake_redis.sim.trace.pages import (
     NO_PARENT,
     build_page_trace,
     hash_chain_pages,
@@ -17,9 +18,8 @@ from mooncake_redis.sim.page_trace import (
     read_page_trace,
     service_pages,
 )
-from mooncake_redis.sim.trace import TraceFormatError, iter_trace
-from mooncake_redis.sim.trace_synthesis import ChainShape, synthetic_chains, write_trace
-from mooncake_redis.sim.trace_synthesis import main as synthesis_main
+from mooncake_redis.sim.trace.synthesis import ChainShape, synthetic_chains, write_trace
+from mooncake_redis.sim.trace.synthesis import main as synthesis_main
 
 PUBLISHED_TRACE = Path(__file__).parents[1] / "data" / "mooncake_synthetic_trace_head.jsonl"
 """The first 200 requests of Mooncake's published synthetic trace (tests/data/README.md)."""

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from mooncake_redis.sim.cli import register
+from mooncake_redis.sim.trace.synthesis import ChainShape, synthetic_chains, write_trace
 from mooncake_redis.sim.trace_cli import CSV_NAME, JSON_NAME, PLOT_NAME
-from mooncake_redis.sim.trace_synthesis import ChainShape, synthetic_chains, write_trace
 
 
 def _run_sim(arguments: list[str]) -> int:

@@ -13,27 +13,27 @@ import pytest
 from redis_server import RedisServer
 
 from mooncake_redis import Index
-from mooncake_redis.cli import main as mooncake_redis_main
+from mooncake_redis.cli.main import main as mooncake_redis_main
 from mooncake_redis.errors import EventsLost
-from mooncake_redis.fsck import check
-from mooncake_redis.sim.page_trace import PageTrace, build_page_trace, service_pages
-from mooncake_redis.sim.service_replay import (
+from mooncake_redis.operations.fsck import check
+from mooncake_redis.sim.service.replay import (
     PageLayout,
     ReplayDiverged,
     ServiceReplay,
     open_namespace,
     take_census,
 )
-from mooncake_redis.sim.service_runner import (
+from mooncake_redis.sim.service.runner import (
     ServiceRunMetrics,
     ServiceSettings,
     ideal_rates,
     run_one,
 )
-from mooncake_redis.sim.trace import TraceRequest
+from mooncake_redis.sim.trace.files import TraceRequest
+from mooncake_redis.sim.trace.pages import PageTrace, build_page_trace, service_pages
+from mooncake_redis.sim.trace.runner import capacity_pages
+from mooncake_redis.sim.trace.synthesis import ChainShape, synthetic_chains, write_trace
 from mooncake_redis.sim.trace_cli import SERVICE_CSV_NAME, SERVICE_JSON_NAME
-from mooncake_redis.sim.trace_runner import capacity_pages
-from mooncake_redis.sim.trace_synthesis import ChainShape, synthetic_chains, write_trace
 
 LAYOUT = PageLayout(object_bytes=1024)
 

@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from mooncake_redis.sim.runner import working_set_keys
-from mooncake_redis.sim.workload import (
+from mooncake_redis.sim.indexes.runner import working_set_keys
+from mooncake_redis.sim.indexes.workload import (
     SYSTEM_PROMPT_SEQUENCE,
     SpanKind,
     WorkloadConfig,

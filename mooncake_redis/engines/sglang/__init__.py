@@ -1,0 +1,1 @@
+"""SGLang: a HiCache L3 storage backend on mooncake-redis (hicache.MooncakeRedisHiCache)."""
