@@ -68,7 +68,7 @@ def test_the_package_has_no_import_cycle() -> None:
     for name in graph:
         graph[name] -= {other for other in MODULES if name.startswith(other + ".")
                         and MODULES[other].name == "__init__.py"}
-    assert len(graph) > 40 and graph["mooncake_redis.cli"], "the scan found no imports"
+    assert len(graph) > 40 and graph["mooncake_redis.cli.main"], "the scan found no imports"
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
 
 
@@ -91,3 +91,75 @@ def test_every_installed_package_is_a_folder_of_the_package_the_scan_sees() -> N
         folder = PACKAGE.parent.joinpath(*package.split("."))
         assert (folder / "__init__.py").is_file(), package
     assert {"mooncake_redis.workers.jobs", "mooncake_redis.lua"} <= set(MODULES)
+
+
+LAYERS: list[list[tuple[str, tuple[str, ...]]]] = [
+    [("core", ("errors", "urls", "text", "prefix", "keys", "models", "values", "validation",
+               "settings", "segment_registry", "connection", "observers", "executor",
+               "scripts", "context", "lua"))],
+    [("tree", ("tree",))],
+    [("capacity", ("capacity",))],
+    [("store", ("store",))],
+    [("operations", ("operations",))],
+    [("workers", ("workers",))],
+    [("facade", ("index", ""))],
+    [("files", ("files",))],
+    # what every command shares sits below the commands: the simulator's commands use it too
+    [("cli.support", ("cli.support",))],
+    [("engines", ("engines",)), ("mooncake", ("mooncake",)), ("sim", ("sim",))],
+    [("cli", ("cli", "__main__"))],
+]
+"""The package's layers, lowest first (docs/ARCHITECTURE.md draws them): a module imports
+modules of lower layers, and of its own layer only within its own group. A group names
+top-level folders or modules (`""` is the package's __init__); the longest name that
+matches a module places it."""
+
+
+def group_of(module: str) -> tuple[int, str]:
+    """(layer, group) of a module of the package, by the longest matching name."""
+    relative = module.removeprefix("mooncake_redis").removeprefix(".")
+    best: tuple[int, int, str] | None = None
+    for rank, groups in enumerate(LAYERS):
+        for group, names in groups:
+            for name in names:
+                matches = relative == name or (name and relative.startswith(name + "."))
+                if matches and (best is None or len(name) > best[0]):
+                    best = (len(name), rank, group)
+    if best is None:
+        raise AssertionError(f"{module} is in no layer: add it to LAYERS")
+    return best[1], best[2]
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for module, dependencies in sorted(graph.items()):
+        rank, group = group_of(module)
+        for dependency in sorted(dependencies):
+            their_rank, their_group = group_of(dependency)
+            if their_rank > rank or (their_rank == rank and their_group != group):
+                found.append(f"{module} ({group}) imports {dependency} ({their_group})")
+    return found
+
+
+def test_every_import_runs_down_the_layers() -> None:
+    graph = {name: imports_of(path) for name, path in MODULES.items()}
+    groups = {group_of(name)[1] for name in graph}
+    assert groups == {group for layer in LAYERS for group, _ in layer}, "a group is empty"
+    assert layer_violations(graph) == []
+
+
+def test_the_layer_check_sees_an_import_running_up() -> None:
+    assert layer_violations({
+        "mooncake_redis.tree.links": {"mooncake_redis.context", "mooncake_redis.store.objects"},
+        "mooncake_redis.sim.cli": {"mooncake_redis.cli.support", "mooncake_redis.cli.main"},
+        "mooncake_redis.engines.sglang.hicache": {"mooncake_redis.mooncake.store"},
+        "mooncake_redis.store.objects": {"mooncake_redis.store.deletion"},
+    }) == [
+        "mooncake_redis.engines.sglang.hicache (engines) imports mooncake_redis.mooncake.store "
+        "(mooncake)",
+        "mooncake_redis.sim.cli (sim) imports mooncake_redis.cli.main (cli)",
+        "mooncake_redis.tree.links (tree) imports mooncake_redis.store.objects (store)",
+    ]
+    assert group_of("mooncake_redis") == group_of("mooncake_redis.index")
+    assert group_of("mooncake_redis.cli.support")[1] == "cli.support"
+    assert group_of("mooncake_redis.cli.render")[1] == "cli"
