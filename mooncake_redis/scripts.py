@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 from .errors import CrossSlotCall
 from .executor import Batch, LuaScript
 from .keys import KeySchema
+from .layouts import LAYOUTS
 
 T = TypeVar("T")
 
@@ -134,11 +135,16 @@ class Scripts:
 
 class ShardCall:
     """One call of a shard script: the shard's keys, each node key once, the common
-    header, the script's own arguments and its items."""
+    header, the script's own arguments and its items, checked against the script's
+    layout (layouts.py) when it is made and when it is queued."""
 
     def __init__(self, script: LuaScript, schema: KeySchema, shard: str,
                  header: Sequence[Any], *script_args: Any):
         self.script = script
+        self.layout = LAYOUTS[script.name]
+        problem = self.layout.problem(header, script_args)
+        if problem:
+            raise ValueError(f"script {script.name}: {problem} (layouts.py)")
         self.schema = schema
         self.shard = shard
         self.keys = schema.shard_keys(shard).as_list()
@@ -164,6 +170,9 @@ class ShardCall:
         self.items += 1
 
     def queue(self, batch: Batch, read_only: bool = False) -> int:
+        problem = self.layout.items_problem(self.args)
+        if problem:
+            raise ValueError(f"script {self.script.name}: {problem} (layouts.py)")
         return batch.call(self.script, self.keys, self.args, retry_safe=self.script.name in
                           RETRY_SAFE, read_only=read_only, one_tag=True)
 

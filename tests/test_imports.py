@@ -96,7 +96,7 @@ def test_every_installed_package_is_a_folder_of_the_package_the_scan_sees() -> N
 LAYERS: list[list[tuple[str, tuple[str, ...]]]] = [
     [("core", ("errors", "urls", "text", "prefix", "keys", "models", "values", "validation",
                "settings", "segment_registry", "connection", "observers", "executor",
-               "scripts", "context", "lua"))],
+               "layouts", "scripts", "context", "lua"))],
     [("tree", ("tree",))],
     [("capacity", ("capacity",))],
     [("store", ("store",))],

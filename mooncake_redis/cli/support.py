@@ -1,6 +1,6 @@
 """What the command modules share (main.py, each command group's module and the
-simulator's commands import it; it imports none of them): exit codes, the index a command opens from --url/--namespace, failing with every
-password masked, and argument types."""
+simulator's commands import it; it imports none of them): exit codes, the index a command
+opens from --url/--namespace, failing with every password masked, and argument types."""
 
 from __future__ import annotations
 

@@ -382,7 +382,7 @@ class _Checker:
         call = self.ctx.shard_call("scrub", self.ctx.shard(prefix_hash), prefix_hash)
         call.node(prefix_hash)
         for name, value in fields.items():
-            call.args += [name, value]
+            call.item(name, value)
         batch = self.ctx.batch()
         call.queue(batch)
         (reply,) = batch.execute()
@@ -478,7 +478,7 @@ class _Checker:
             for key in sorted(node_keys):
                 prefix_hash = self.ctx.schema.hash_of_node_key(key)
                 call.node(prefix_hash)
-                call.args.append(prefix_hash)
+                call.item(prefix_hash)
             batch = self.ctx.batch()
             call.queue(batch)
             (reply,) = batch.execute()
