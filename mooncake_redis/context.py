@@ -182,7 +182,7 @@ class Context:
         self.scripts = shared_scripts(shebang=not is_in_process(client))
         self.options = options
         self.executor = Executor(client, self.scripts.all, Policy(
-            options.cluster_retries, options.cluster_retry_backoff_ms, options.wait_replicas,
+            options.cluster_retries, options.cluster_retry_backoff_ms, options.wait_acks,
             options.wait_timeout_ms))
         self.segments: dict[str, Segment] = parse_registry(segments)
         """The segment registry as last read (with the settings)."""

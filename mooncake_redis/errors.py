@@ -146,7 +146,7 @@ class StoreFull(MooncakeRedisError):
 
 
 class ReplicationIncomplete(MooncakeRedisError):
-    """wait_replicas > 0 and fewer replicas acknowledged the writes in wait_timeout_ms: they
+    """wait_acks > 0 and fewer Redis replicas acknowledged the writes in wait_timeout_ms: they
     are applied on the primary, but a failover now could lose them."""
 
     code = "REPLICATION_INCOMPLETE"

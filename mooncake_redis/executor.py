@@ -89,7 +89,7 @@ class Policy:
 
     retries: int = 6
     backoff_ms: int = 100
-    wait_replicas: int = 0
+    wait_acks: int = 0
     wait_timeout_ms: int = 1000
 
 
@@ -348,9 +348,9 @@ class Executor:
             client = None if node is None else (node if not self._cluster
                                                  else node.redis_connection)
             commands = [queued[i].args for i in group]
-            wait = self._policy.wait_replicas > 0 and any(queued[i].writes for i in group)
+            wait = self._policy.wait_acks > 0 and any(queued[i].writes for i in group)
             if wait:
-                commands.append(("WAIT", self._policy.wait_replicas,
+                commands.append(("WAIT", self._policy.wait_acks,
                                  self._policy.wait_timeout_ms))
             sessions.append((node, client, wait, Pipeline.start(client, commands)))
         replies = []
@@ -362,7 +362,7 @@ class Executor:
                 acknowledged = got.pop()
                 if acknowledged is not NOT_SENT and acknowledged is not LOST:
                     try:
-                        check_replicas(acknowledged, self._policy, name_of(node))
+                        check_acks(acknowledged, self._policy, name_of(node))
                     except ReplicationIncomplete as error:
                         shortfalls.append(error)
             clean = pipeline.clean
@@ -664,13 +664,13 @@ def name_of(node: Any) -> str:
     return getattr(node, "name", "redis")
 
 
-def check_replicas(acknowledged: Any, policy: Policy, where: str) -> None:
-    """Raise ReplicationIncomplete unless a WAIT reply counts enough replicas."""
-    if isinstance(acknowledged, int) and acknowledged >= policy.wait_replicas:
+def check_acks(acknowledged: Any, policy: Policy, where: str) -> None:
+    """Raise ReplicationIncomplete unless a WAIT reply counts enough acknowledgements."""
+    if isinstance(acknowledged, int) and acknowledged >= policy.wait_acks:
         return
     raise ReplicationIncomplete(
-        f"{where}: writes acknowledged by {acknowledged!r} replicas, wait_replicas="
-        f"{policy.wait_replicas} within {policy.wait_timeout_ms} ms; they are applied on the "
+        f"{where}: writes acknowledged by {acknowledged!r} Redis replicas, wait_acks="
+        f"{policy.wait_acks} within {policy.wait_timeout_ms} ms; they are applied on the "
         "primary but a failover now could lose them")
 
 

@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import os
 import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -176,12 +177,13 @@ class ClientOptions:
     cluster_retry_backoff_ms: int = 100
     """Pause before the first retry; it doubles per retry (up to 2 s)."""
 
-    wait_replicas: int = 0
-    """After writes on a node, WAIT for this many replicas (0 = off); fewer raise
-    ReplicationIncomplete."""
+    wait_acks: int = 0
+    """After writes on a node, WAIT until this many Redis replicas acknowledged them
+    (0 = off); fewer raise ReplicationIncomplete. Was `wait_replicas` (still accepted, with
+    a DeprecationWarning): "replica" now means only Mooncake's data replicas."""
 
     wait_timeout_ms: int = 1000
-    """How long WAIT waits for wait_replicas acknowledgements."""
+    """How long WAIT waits for the wait_acks acknowledgements."""
 
     settings_refresh_seconds: float = 5.0
     """How often a client re-reads `<ns>:settings` to pick up changes made by others."""
@@ -195,7 +197,7 @@ class ClientOptions:
 _OPTION_RANGES: dict[str, tuple[float, float]] = {
     "cluster_retries": (0, 100),
     "cluster_retry_backoff_ms": (0, 60_000),
-    "wait_replicas": (0, 100),
+    "wait_acks": (0, 100),
     "wait_timeout_ms": (1, 600_000),
     "settings_refresh_seconds": (0, 3600),
 }
@@ -333,10 +335,29 @@ def options_from(values: Mapping[str, Any]) -> ClientOptions:
     return ClientOptions(**{k: coerce(k, v) for k, v in values.items()})
 
 
+OPTION_ALIASES: dict[str, str] = {"wait_replicas": "wait_acks"}
+"""Old option names still accepted, with a DeprecationWarning: old name -> new name."""
+
+
+def _renamed(values: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """`values` with old option names replaced by their new ones; both given is an error."""
+    renamed = dict(values)
+    for old, new in OPTION_ALIASES.items():
+        if old not in renamed:
+            continue
+        if new in renamed:
+            raise ConfigurationError(f"{old} and {new} given as {source}s: {old} is the old "
+                                     f"name of {new}; give only {new}")
+        warnings.warn(f"{old} is now {new}; the old {source} name will be removed",
+                      DeprecationWarning, stacklevel=4)
+        renamed[new] = renamed.pop(old)
+    return renamed
+
+
 def split_arguments(arguments: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Keyword arguments -> (settings, client options); anything else is an error."""
     settings, options = {}, {}
-    for name, value in arguments.items():
+    for name, value in _renamed(arguments, "keyword argument").items():
         if name in SETTING_NAMES:
             settings[name] = coerce(name, value)
         elif name in OPTION_NAMES:
@@ -352,10 +373,10 @@ def from_environment(environ: Mapping[str, str] | None = None
     the prefix (an orchestrator's MOONCAKE_REDIS_PORT, say) are ignored, with a debug log."""
     environ = os.environ if environ is None else environ
     settings, options = {}, {}
-    for variable, value in environ.items():
-        if not variable.startswith(ENV_PREFIX) or variable in (ENV_URL, ENV_NAMESPACE):
-            continue
-        name = variable[len(ENV_PREFIX):].lower()
+    named = {variable[len(ENV_PREFIX):].lower(): (variable, value)
+             for variable, value in environ.items()
+             if variable.startswith(ENV_PREFIX) and variable not in (ENV_URL, ENV_NAMESPACE)}
+    for name, (variable, value) in _renamed(named, "environment variable").items():
         if name in SETTING_NAMES:
             settings[name] = coerce(name, value)
         elif name in OPTION_NAMES:

@@ -229,10 +229,10 @@ def test_a_wait_shortfall_raises_and_stops_the_batch_before_the_next_step(
     """No replicas here: every WAIT falls short. A put without a parent is applied on its
     primary; one with a parent on another master stops after the link step, so the child
     is never written and the resolver takes the link back."""
-    waiting = Index.from_url(cluster_url, namespace="wait", wait_replicas=1, wait_timeout_ms=10)
+    waiting = Index.from_url(cluster_url, namespace="wait", wait_acks=1, wait_timeout_ms=10)
     plain = Index.from_url(cluster_url, namespace="wait")
     alone = f"{page('wait')}_0_k"
-    with pytest.raises(ReplicationIncomplete, match="wait_replicas=1"):
+    with pytest.raises(ReplicationIncomplete, match="wait_acks=1"):
         waiting.put_start(alone, 1)
     info = plain.object_info(alone)
     assert info is not None and info.state == "processing"  # applied, not confirmed
@@ -335,12 +335,12 @@ def cluster_with_replicas() -> Iterator[LocalCluster]:
     cluster.stop()
 
 
-@pytest.mark.parametrize("wait_replicas", [0, 1])
+@pytest.mark.parametrize("wait_acks", [0, 1])
 def test_registrations_carry_on_through_a_failover(cluster_with_replicas: LocalCluster,
-                                                   wait_replicas: int) -> None:
+                                                   wait_acks: int) -> None:
     cluster = cluster_with_replicas
-    namespace = f"fo{wait_replicas}"
-    index = Index.from_url(cluster.url, namespace=namespace, wait_replicas=wait_replicas,
+    namespace = f"fo{wait_acks}"
+    index = Index.from_url(cluster.url, namespace=namespace, wait_acks=wait_acks,
                            cluster_retries=8)
     load = RegistrationLoad(index, namespace)
     victim = cluster.masters()[0]
@@ -360,10 +360,10 @@ def test_registrations_carry_on_through_a_failover(cluster_with_replicas: LocalC
     lost = [key for key in load.acknowledged if index.object_info(key) is None]
     before_resolver = check(index.ctx)
     report = settled_report(index)
-    print(f"\nfailover with wait_replicas={wait_replicas}: {len(load.acknowledged)} puts "
+    print(f"\nfailover with wait_acks={wait_acks}: {len(load.acknowledged)} puts "
           f"acknowledged in {load.batches} batches, {len(lost)} lost, failed batches "
           f"{dict(load.failures)}, fsck after the resolver {dict(report.counts)}")
-    if wait_replicas:  # each step was on a replica before the next one was sent
+    if wait_acks:  # each step was on a replica before the next one was sent
         assert "parent_does_not_list_child" not in before_resolver.counts
         assert lost == [] and report.clean, report.problems
     else:

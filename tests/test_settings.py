@@ -115,6 +115,25 @@ def test_client_options_stay_in_the_process(make_index, monkeypatch) -> None:
     assert stored(index) == {}
 
 
+def test_the_old_name_wait_replicas_still_sets_wait_acks_with_a_warning(make_index) -> None:
+    with pytest.warns(DeprecationWarning, match="wait_replicas is now wait_acks"):
+        index: Index = make_index(wait_replicas=2)
+    assert index.ctx.options.wait_acks == 2
+    assert stored(index) == {}
+
+
+def test_the_old_variable_wait_replicas_still_sets_wait_acks(make_index, monkeypatch) -> None:
+    monkeypatch.setenv("MOONCAKE_REDIS_WAIT_REPLICAS", "3")
+    with pytest.warns(DeprecationWarning, match="wait_replicas is now wait_acks"):
+        index: Index = make_index()
+    assert index.ctx.options.wait_acks == 3
+
+
+def test_the_old_and_the_new_name_together_are_refused() -> None:
+    with pytest.raises(ConfigurationError, match="give only wait_acks"):
+        Index.from_url("memory://settings-alias", wait_replicas=1, wait_acks=1)
+
+
 def test_a_change_reaches_other_clients_when_they_re_read(make_index) -> None:
     first: Index = make_index(capacity_bytes=10)
     eager: Index = make_index(settings_refresh_seconds=0)
@@ -200,7 +219,7 @@ def test_malformed_values_are_refused(name: str, text: object) -> None:
         {"prefix_extractor": "nope"},
         {"prefix_extractor": "os:system"},
         {"no_such_setting": 1},
-        {"capacity_bytes": 10, "wait_replicas": -1},
+        {"capacity_bytes": 10, "wait_acks": -1},
     ],
 )
 def test_invalid_settings_are_refused_and_nothing_is_stored(make_index, settings) -> None:
