@@ -9,6 +9,31 @@ This module imports nothing of the package, so that every module can import it.
 
 from __future__ import annotations
 
+from enum import Enum
+
+
+class ReplyCode(str, Enum):
+    """Every CODE of a script's `MCERR_<CODE> detail` refusal (lua/_lib.lua fail); a test
+    holds this list to the scripts. The link refusals FENCED, STALE_EPOCH and CYCLE_CHECK
+    are handled by registration itself; the others become the exception of that code."""
+
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    NOT_FOUND = "NOT_FOUND"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    INVALID_STATE = "INVALID_STATE"
+    NOT_READY = "NOT_READY"
+    LEASED = "LEASED"
+    NO_SPACE = "NO_SPACE"
+    PARENT_CONFLICT = "PARENT_CONFLICT"
+    SEGMENT_NOT_MOUNTED = "SEGMENT_NOT_MOUNTED"
+    FENCED = "FENCED"
+    """The node's link is fenced by a resolver: send again with an epoch past the detail."""
+    STALE_EPOCH = "STALE_EPOCH"
+    """The item's link epoch is older than the shard's: send again with the new one."""
+    CYCLE_CHECK = "CYCLE_CHECK"
+    """The node has children: a cycle walk decides before the link is sent again."""
+
+
 # The library: what Index and the modules under it raise to their callers.
 
 
@@ -251,8 +276,8 @@ class SimulationError(RuntimeError):
     """A policy could not free space the runner needed."""
 
 
-_BY_CODE: dict[str, type[MooncakeRedisError]] = {
-    cls.code: cls
+_BY_CODE: dict[ReplyCode, type[MooncakeRedisError]] = {
+    ReplyCode(cls.code): cls
     for cls in (
         InvalidArgument,
         ObjectNotFound,
@@ -262,7 +287,6 @@ _BY_CODE: dict[str, type[MooncakeRedisError]] = {
         ObjectLeased,
         NoSpace,
         ParentConflict,
-        CycleDetected,
         SegmentNotMounted,
     )
 }
@@ -270,14 +294,17 @@ _BY_CODE: dict[str, type[MooncakeRedisError]] = {
 SCRIPT_ERROR_PREFIX = "MCERR_"
 
 
-def split_script_error(text: str) -> tuple[str, str] | None:
-    """(CODE, detail) of a script's `MCERR_<CODE> detail` reply (lua/_lib.lua fail); None
-    for any other text. The one reader of that form: from_script_error, and the link
-    refusals registration handles itself (FENCED <fence>, STALE_EPOCH, CYCLE_CHECK)."""
+def split_script_error(text: str) -> tuple[ReplyCode, str] | None:
+    """(code, detail) of a script's `MCERR_<CODE> detail` reply (lua/_lib.lua fail); None
+    for any other text, a code this version does not know included. The one reader of
+    that form: from_script_error, and the link refusals registration handles itself."""
     if not text.startswith(SCRIPT_ERROR_PREFIX):
         return None
     code, _, detail = text[len(SCRIPT_ERROR_PREFIX):].partition(" ")
-    return code, detail
+    try:
+        return ReplyCode(code), detail
+    except ValueError:
+        return None
 
 
 def from_script_error(message: str, *, key: str | None = None,

@@ -16,6 +16,7 @@ from helpers import assert_consistent, page
 from redis.crc import key_slot
 
 from mooncake_redis import Index, ObjectAlreadyExists
+from mooncake_redis.errors import ReplyCode, ScriptError, from_script_error, split_script_error
 from mooncake_redis.executor import CrossSlotCall
 from mooncake_redis.operations.fsck import check
 from mooncake_redis.scripts import (
@@ -156,6 +157,30 @@ def test_every_script_documents_its_interface(name: str) -> None:
                                                     if not line.startswith("--"))])
     for part in ("KEYS:", "ARGV:", "Returns:"):
         assert part in header, f"{name}.lua header lacks {part}"
+
+
+FAIL_CODE = re.compile(r"fail\('([A-Z_]+)'")
+LINK_REFUSALS = {ReplyCode.FENCED, ReplyCode.STALE_EPOCH, ReplyCode.CYCLE_CHECK}
+
+
+def test_every_refusal_code_a_script_sends_is_a_reply_code_and_every_member_is_sent() -> None:
+    sent = {code for name in [*SCRIPT_NAMES, LIBRARY] for code in FAIL_CODE.findall(read_lua(name))}
+    assert sent, "no fail('CODE' found: the pattern no longer matches the scripts"
+    assert sent == {code.value for code in ReplyCode}
+
+
+@pytest.mark.parametrize("code", list(ReplyCode))
+def test_a_refusal_becomes_the_exception_of_its_code(code: ReplyCode) -> None:
+    """Each code but the link refusals (which registration handles itself) is raised as
+    the exception carrying it; an unknown code stays a ScriptError with the whole text."""
+    assert split_script_error(f"MCERR_{code.value} some detail") == (code, "some detail")
+    error = from_script_error(f"MCERR_{code.value} some detail", key="k")
+    if code in LINK_REFUSALS:
+        assert type(error) is ScriptError
+    else:
+        assert (error.code, str(error), error.key) == (code.value, "some detail", "k")
+    assert split_script_error("MCERR_NO_SUCH_CODE x") is None
+    assert type(from_script_error("MCERR_NO_SUCH_CODE x")) is ScriptError
 
 
 GROWING = {"put_start", "register"}

@@ -17,9 +17,8 @@
 --       size, pins (0-3), replicas ('' or '|<segment>,<location>,<medium>' ..., escaped)
 -- Returns: one per object, in order: 'OK' .. link flag ('' no parent, 'L' linked, 'C' linked but left
 --          for the resolver's cycle walk), or a refusal: ALREADY_EXISTS, NO_SPACE,
---          SEGMENT_NOT_MOUNTED, PARENT_CONFLICT, CYCLE (a cycle within the shard), and
---          the link refusals the client handles itself: STALE_EPOCH, FENCED <fence>,
---          CYCLE_CHECK
+--          SEGMENT_NOT_MOUNTED, PARENT_CONFLICT, and the link refusals the client
+--          handles itself: STALE_EPOCH, FENCED <fence>, CYCLE_CHECK
 local batch, discard_ms, default_limit, upsert =
   ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == 'upsert'
 local token, epoch = ARGV[8], tonumber(ARGV[9])

@@ -6,8 +6,7 @@
 -- ARGV: 1-3 header (_lib.lua), 4 batch id, then per item: node key index, node hash,
 --       parent hash ('' = none), link epoch, cycle-checked (0|1), key count k, k suffixes
 -- Returns: one per item: 'OK' .. link flag (as put_start), or a refusal: NOT_FOUND,
---          INVALID_ARGUMENT, PARENT_CONFLICT, CYCLE (a cycle within the shard), STALE_EPOCH,
---          FENCED <fence>, CYCLE_CHECK
+--          INVALID_ARGUMENT, PARENT_CONFLICT, STALE_EPOCH, FENCED <fence>, CYCLE_CHECK
 local batch = ARGV[4]
 
 local function register(n, parent, epoch, checked, first, count)

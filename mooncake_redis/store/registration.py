@@ -28,6 +28,7 @@ from mooncake_redis.errors import (
     MooncakeRedisError,
     NoSpace,
     ParentConflict,
+    ReplyCode,
     from_script_error,
     split_script_error,
 )
@@ -254,12 +255,12 @@ def _record(w: Write, outcome: object, epoch: int) -> None:
             raise AssertionError(f"a write script answered {text!r}")
         w.state, w.result = cast(LinkFlag, flag), Result(w.key)
         return
-    code, detail = split_script_error(text) or ("", "")
-    if code == "FENCED":
+    code, detail = split_script_error(text) or (None, "")
+    if code is ReplyCode.FENCED:
         w.min_epoch = int(detail) + 1
-    elif code == "CYCLE_CHECK":
+    elif code is ReplyCode.CYCLE_CHECK:
         w.state = NEEDS_WALK
-    elif code != "STALE_EPOCH":
+    elif code is not ReplyCode.STALE_EPOCH:
         w.refuse(from_script_error(text, key=w.object_key, prefix_hash=w.prefix_hash))
 
 
