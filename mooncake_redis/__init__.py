@@ -26,7 +26,7 @@ from .errors import (
     StoreFull,
 )
 from .index import Index
-from .models import NodeInfo, ObjectInfo, Result, Usage
+from .models import NodeInfo, NodeItem, ObjectInfo, PutItem, Replica, Result, Usage
 from .prefix import register_extractor, rfc_prefix, shard_of, tagged_prefix
 from .settings import ClientOptions, Settings
 
@@ -38,9 +38,10 @@ except PackageNotFoundError:  # run from a source tree that was never installed
 __all__ = [
     "ClientOptions", "ClusterUnavailable", "ConfigurationError", "CycleDetected", "Index",
     "InvalidArgument", "InvalidObjectState", "LinkContention", "MooncakeRedisError", "NoSpace",
-    "NodeInfo",
+    "NodeInfo", "NodeItem",
     "ObjectAlreadyExists", "ObjectInfo", "ObjectLeased", "ObjectNotFound", "ObjectNotReady",
-    "OutcomeUnknown", "ParentConflict", "PermissionDenied", "RadixTreeDisabled",
-    "RedisUnavailable", "ReplicationIncomplete", "Result", "Settings", "StoreFull", "Usage",
+    "OutcomeUnknown", "ParentConflict", "PermissionDenied", "PutItem", "RadixTreeDisabled",
+    "RedisUnavailable", "Replica", "ReplicationIncomplete", "Result", "Settings", "StoreFull",
+    "Usage",
     "register_extractor", "rfc_prefix", "shard_of", "tagged_prefix",
 ]

@@ -17,7 +17,17 @@ from .context import Context
 from .errors import InvalidArgument, RadixTreeDisabled
 from .executor import Batch
 from .keys import KeySchema
-from .models import NodeInfo, ObjectInfo, Replica, Result, Usage, raise_first
+from .models import (
+    NodeInfo,
+    NodeItem,
+    ObjectInfo,
+    PutItem,
+    PutRow,
+    Replica,
+    Result,
+    Usage,
+    raise_first,
+)
 from .observers import count_refusals
 from .segment_registry import Segment
 from .settings import DEFAULT_NAMESPACE, DEFAULT_URL, ENV_NAMESPACE, ENV_URL, Settings
@@ -31,7 +41,8 @@ from .urls import redact
 from .validation import (
     check_depth,
     check_flag,
-    check_items,
+    check_node_items,
+    check_put_items,
     check_replicas,
     check_size,
     check_unique,
@@ -41,10 +52,6 @@ from .values import HARD_PIN, SOFT_PIN, pack_replicas
 
 if TYPE_CHECKING:
     from .operations.metrics import Exporter
-
-NodeRegistration = tuple[str, "str | None", Sequence[str]]
-"""(prefix hash, parent hash or None, object keys stored under it)"""
-
 
 class Index:
     """A namespace of KV-cache objects and their radix tree, shared through Redis by any
@@ -160,7 +167,7 @@ class Index:
                                                 soft_pin=soft_pin, hard_pin=hard_pin,
                                                 wait_ms=wait_ms))
 
-    def batch_put_start(self, items: Iterable[Sequence[Any]], soft_pin: bool = False,
+    def batch_put_start(self, items: Iterable[PutItem], soft_pin: bool = False,
                         hard_pin: bool = False, *, wait_ms: int | None = None
                         ) -> list[Result[None]]:
         """put_start for many (key, size[, parent hash[, replicas]]) at once: one round trip
@@ -183,7 +190,7 @@ class Index:
                                                    soft_pin=soft_pin, hard_pin=hard_pin,
                                                    wait_ms=wait_ms))
 
-    def batch_upsert_start(self, items: Iterable[Sequence[Any]], soft_pin: bool = False,
+    def batch_upsert_start(self, items: Iterable[PutItem], soft_pin: bool = False,
                            hard_pin: bool = False, *, wait_ms: int | None = None
                            ) -> list[Result[None]]:
         return self._put(items, soft_pin, hard_pin, "upsert", wait_ms)
@@ -202,21 +209,21 @@ class Index:
     def batch_upsert_revoke(self, keys: Sequence[str]) -> list[Result[None]]:
         return self.batch_put_revoke(keys)
 
-    def _put(self, items: Iterable[Sequence[Any]], soft_pin: bool, hard_pin: bool,
+    def _put(self, items: Iterable[PutItem], soft_pin: bool, hard_pin: bool,
              mode: str, wait_ms: int | None) -> list[Result[None]]:
         pins = (SOFT_PIN if check_flag(soft_pin, "soft_pin") else 0) | \
             (HARD_PIN if check_flag(hard_pin, "hard_pin") else 0)
         settings = self.settings  # read (and refreshed if due) once per call
         tree_on = settings.enable_radix_tree
         max_size = settings.max_object_size
-        items = check_items(items, f"{mode}_start item", (2, 3, 4))
-        targets = self._split_items(items)
+        rows = check_put_items(items, f"{mode}_start item")
+        targets = self._split_items(rows)
         links_checked = tree_on and targets is not None and self._links_well_formed(
-            items, targets, settings.max_key_length)
+            rows, targets, settings.max_key_length)
         writes = []
         parents: dict[str, str] = {}  # each parent (and each linked node) checked once a call
         linked: set[str] = set()
-        for (key, size, parent, replicas), target in zip(items, targets or repeat(None)):
+        for (key, size, parent, replicas), target in zip(rows, targets or repeat(None)):
             if target is None:
                 prefix_hash, suffix = self.ctx.split(key)
             else:
@@ -249,7 +256,7 @@ class Index:
             evict=None if self.ctx.options.queue_url else self.evict)
         return self._counted(f"{mode}_start", results)
 
-    def _split_items(self, items: list[tuple[Any, ...]]) -> list[tuple[str, str, str]] | None:
+    def _split_items(self, items: list[PutRow]) -> list[tuple[str, str, str]] | None:
         """ctx.split_all of the items' keys; None if a key is bad: the caller then splits
         each key in turn, so the first bad item raises its own error (as a bad size or
         parent before it would)."""
@@ -258,7 +265,7 @@ class Index:
         except Exception:  # noqa: BLE001 - ctx.split raises it again, in item order
             return None
 
-    def _links_well_formed(self, items: list[tuple[Any, ...]],
+    def _links_well_formed(self, items: list[PutRow],
                            targets: list[tuple[str, str, str]], max_length: int) -> bool:
         """Whether every parent given, and every node linked to one, is a well-formed
         hash, checked at once where the extractor can check a list (Extractor.all_hashes,
@@ -361,13 +368,13 @@ class Index:
         self._raise_single(self.batch_register_radix_tree_node([(prefix_hash, parent_hash,
                                                                    keys)]))
 
-    def batch_register_radix_tree_node(self, nodes: Iterable[Sequence[Any]]
+    def batch_register_radix_tree_node(self, nodes: Iterable[NodeItem]
                                        ) -> list[Result[None]]:
         """register_radix_tree_node for many (prefix hash, parent hash, keys): one round
         trip on a single Redis; one Result per node."""
         self._require_tree()
         writes = []
-        for prefix_hash, parent, keys in check_items(nodes, "node registration", (3,)):
+        for prefix_hash, parent, keys in check_node_items(nodes):
             prefix_hash = self.ctx.prefix_hash(prefix_hash)
             if parent is not None:
                 parent = self.ctx.prefix_hash(parent, "parent_hash")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -58,6 +59,20 @@ class Replica:
     """"memory" or "disk"."""
     size: int = 0
     """Its bytes: the object's size (a replica holds the whole object); set by the store."""
+
+
+ReplicaSpec = Replica | tuple[str, str] | tuple[str, str, str] | Sequence[str]
+"""A replica as a caller gives it: a Replica, or (segment, location[, medium])."""
+
+PutItem = (tuple[str, int] | tuple[str, int, str | None]
+           | tuple[str, int, str | None, Sequence[ReplicaSpec] | None])
+"""One batch_put_start / batch_upsert_start item: (key, size[, parent hash[, replicas]])."""
+
+PutRow = tuple[str, int, str | None, Sequence[ReplicaSpec] | None]
+"""A PutItem once checked: padded to four with None (validation.check_put_items)."""
+
+NodeItem = tuple[str, str | None, Sequence[str]]
+"""One batch_register_radix_tree_node item: (prefix hash, parent hash or None, keys)."""
 
 
 @dataclass(frozen=True, init=False)

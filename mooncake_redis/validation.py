@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from .errors import InvalidArgument
-from .models import Replica
+from .models import NodeItem, PutRow, Replica
 from .segment_registry import check_name
 from .values import MEDIA
 
@@ -77,6 +77,16 @@ def check_items(items: Any, what: str, arities: tuple[int, ...]) -> list[tuple[A
                                   f" values, got {item!r:.200}")
         checked.append(tuple(item) + padding[len(item)])
     return checked
+
+
+def check_put_items(items: Any, what: str) -> list[PutRow]:
+    """A put batch's items, each padded to (key, size, parent, replicas); the values are
+    checked where they are used, so the hot path builds no object per item."""
+    return cast("list[PutRow]", check_items(items, what, (2, 3, 4)))
+
+
+def check_node_items(items: Any) -> list[NodeItem]:
+    return cast("list[NodeItem]", check_items(items, "node registration", (3,)))
 
 
 def check_count(value: Any, what: str, minimum: int = 0) -> int:
