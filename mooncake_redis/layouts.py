@@ -49,8 +49,9 @@ class Layout:
             if (end - at) % max(1, self.width):
                 return f"{end - at} item arguments, not a multiple of {self.width}"
             return None
+        width, part = len(self.item), len(self.each)
         while at < end:  # counted items: walk the counts (one step per item, not per part)
-            at += self.width + len(self.each) * int(args[at + self.width - 1])
+            at += width + part * int(args[at + width - 1])
         return None if at == end else f"counted items end at ARGV[{at}], not ARGV[{end}]"
 
 
