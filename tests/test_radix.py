@@ -154,6 +154,19 @@ def test_a_link_into_a_node_with_children_is_walked_for_cycles(index: Index) -> 
     assert_consistent(index)
 
 
+def test_a_loop_above_the_parent_refuses_only_the_link_that_closes_it(index: Index) -> None:
+    """A sits under B. One batch links B under A (closing B -> A -> B) and C, a node with a
+    child, under A: the walk up from A for C runs A, B, then A again by the batch's own
+    link, a loop that leaves C out. Only B's link is refused (found by hypothesis, seed
+    1086802197 of test_model)."""
+    put(index, A, parent=B)
+    put(index, D, parent=C)  # C is a shell with child D: its link is walked
+    results = index.batch_put_start([(f"{B}_0_k", 1, A), (f"{C}_0_k", 1, A)])
+    assert isinstance(results[0].error, CycleDetected) and results[1].ok
+    assert index.get_node(C).parent == A and index.get_node(B).parent is None  # type: ignore[union-attr]
+    assert_consistent(index)
+
+
 def test_match_prefix_counts_the_leading_run_of_complete_pages(index: Index) -> None:
     chain = [page(f"chain-{i}") for i in range(50)]
     results = index.batch_put_start([(f"{h}_0_k", 10, p)

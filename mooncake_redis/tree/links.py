@@ -144,12 +144,16 @@ def walk_finds_cycles(ctx: Context, walks: Mapping[str, str],
     """For each (node, new parent), walk up from the parent (all walks together, one round
     trip per level) and return the nodes the walk meets: linking them would close a cycle.
     `intended` holds parents this batch is about to set, followed where Redis has none.
-    A walk longer than max_depth counts as a cycle (the tree is deeper than configured).
+    A walk that comes back to a node it passed (a loop above the parent that does not run
+    through the node: the batch's link that closes it is refused by its own walk) meets
+    no cycle of this link; it ends there, unstamped. A walk longer than max_depth counts as
+    a cycle (the tree is deeper than configured).
     `stamps` gets, for each walk that met no cycle without leaving its node's shard, the
     shard's `links` counter read before the walk: step 2 writes the link only if it is
     unchanged (lua/_lib.lua walk_holds), so a cycle within one shard is always refused."""
     intended = intended or {}
     cursors = dict(walks)
+    passed = {node: {parent} for node, parent in walks.items()}
     found: set[str] = set()
     in_shard = {node: ctx.shard(node) == ctx.shard(parent) for node, parent in walks.items()
                 if stamps is not None}
@@ -178,7 +182,10 @@ def walk_finds_cycles(ctx: Context, walks: Mapping[str, str],
                 del cursors[node]
                 if stamps is not None and in_shard[node]:
                     stamps[node] = counters[ctx.shard(node)]
+            elif parent in passed[node]:  # a loop that leaves the node out
+                del cursors[node]
             else:
+                passed[node].add(parent)
                 cursors[node] = parent
                 if in_shard.get(node) and ctx.shard(parent) != ctx.shard(node):
                     in_shard[node] = False
