@@ -146,8 +146,8 @@ def walk_finds_cycles(ctx: Context, walks: Mapping[str, str],
     `intended` holds parents this batch is about to set, followed where Redis has none.
     A walk that comes back to a node it passed (a loop above the parent that does not run
     through the node: the batch's link that closes it is refused by its own walk) meets
-    no cycle of this link; it ends there, unstamped. A walk longer than max_depth counts as
-    a cycle (the tree is deeper than configured).
+    no cycle of this link and ends there, as at a root. A walk longer than max_depth
+    counts as a cycle (the tree is deeper than configured).
     `stamps` gets, for each walk that met no cycle without leaving its node's shard, the
     shard's `links` counter read before the walk: step 2 writes the link only if it is
     unchanged (lua/_lib.lua walk_holds), so a cycle within one shard is always refused."""
@@ -178,12 +178,10 @@ def walk_finds_cycles(ctx: Context, walks: Mapping[str, str],
         stamped = []
         for node, cursor in list(cursors.items()):
             parent = parent_of(parents[cursor]) or intended.get(cursor)
-            if parent is None:
+            if parent is None or parent in passed[node]:  # a root, or a loop without node
                 del cursors[node]
                 if stamps is not None and in_shard[node]:
                     stamps[node] = counters[ctx.shard(node)]
-            elif parent in passed[node]:  # a loop that leaves the node out
-                del cursors[node]
             else:
                 passed[node].add(parent)
                 cursors[node] = parent
