@@ -24,6 +24,7 @@ from .models import (
     PutItem,
     PutRow,
     Replica,
+    ReplicaSpec,
     Result,
     Usage,
     raise_first,
@@ -156,7 +157,7 @@ class Index:
 
     def put_start(self, key: str, size: int, parent_block_hash: str | None = None,
                   soft_pin: bool = False, hard_pin: bool = False,
-                  replicas: Sequence[Replica | Sequence[str]] | None = None, *,
+                  replicas: Sequence[ReplicaSpec] | None = None, *,
                   wait_ms: int | None = None) -> None:
         """Create an object in state processing, counted against capacity, in its prefix's
         node; with the radix tree on and a parent given, link the node to its parent.
@@ -179,7 +180,7 @@ class Index:
 
     def upsert_start(self, key: str, size: int, parent_block_hash: str | None = None,
                      soft_pin: bool = False, hard_pin: bool = False,
-                     replicas: Sequence[Replica | Sequence[str]] | None = None, *,
+                     replicas: Sequence[ReplicaSpec] | None = None, *,
                      wait_ms: int | None = None) -> None:
         """put_start that may replace a stored object (Mooncake's UpsertStart): a complete
         object becomes processing with the new size and replicas; its old replicas are

@@ -61,7 +61,7 @@ class Replica:
     """Its bytes: the object's size (a replica holds the whole object); set by the store."""
 
 
-ReplicaSpec = Replica | tuple[str, str] | tuple[str, str, str] | Sequence[str]
+ReplicaSpec = Replica | Sequence[str]
 """A replica as a caller gives it: a Replica, or (segment, location[, medium])."""
 
 PutItem = (tuple[str, int] | tuple[str, int, str | None]
