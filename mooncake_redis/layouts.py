@@ -49,7 +49,7 @@ class Layout:
             if (end - at) % max(1, self.width):
                 return f"{end - at} item arguments, not a multiple of {self.width}"
             return None
-        width, part = len(self.item), len(self.each)
+        width, part = self.width, len(self.each)  # read once, not per item
         while at < end:  # counted items: walk the counts (one step per item, not per part)
             at += width + part * int(args[at + width - 1])
         return None if at == end else f"counted items end at ARGV[{at}], not ARGV[{end}]"

@@ -86,6 +86,7 @@ def check_put_items(items: Any, what: str) -> list[PutRow]:
 
 
 def check_node_items(items: Any) -> list[NodeItem]:
+    """A register batch's items: each a (prefix hash, parent hash, keys) tuple."""
     return cast("list[NodeItem]", check_items(items, "node registration", (3,)))
 
 
