@@ -2,7 +2,7 @@
 # The main job: the demo on the in-process store (no Redis server needed).
 # Extra arguments go to `mooncake-redis demo` (see --help).
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
-ensure_venv plot,rq
+ensure_venv plot
 status=0
 "$VENV/bin/mooncake-redis" demo "$@" || status=$?
 echo >&2

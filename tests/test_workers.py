@@ -30,7 +30,6 @@ from mooncake_redis.settings import ENV_URL
 from mooncake_redis.workers.jobs import (
     ENV_QUEUE_URL,
     QUEUE_NAME,
-    RQ_MISSING,
     eviction_job,
     eviction_queue,
     request_eviction,
@@ -397,21 +396,62 @@ def test_the_monitor_logs_while_it_runs_and_stops_cleanly_on_sigterm(
     assert len(queue(queue_url)) == 1
 
 
-def test_without_rq_the_worker_paths_say_what_to_install(
-        redis_url: str, queue_url: str, monkeypatch: pytest.MonkeyPatch,
+def test_a_worker_that_is_done_does_not_wait_out_its_command_reader(queue_url: str) -> None:
+    """rq 3.0 reads its command channel in 60-second blocks, and redis-py 8 waits for the
+    read to end when the reader is stopped: a --burst worker took up to a minute to exit
+    (the env-worker test timed out 4 runs in 5). Ours reads in COMMAND_READ_S blocks. The
+    reader is stopped while blocked in a read (it just handled a command and read again);
+    the bound below is a hang guard 30x a read's length, not a timing."""
+    from mooncake_redis.workers.worker import COMMAND_READ_S, ForkingWorker
+
+    worker = ForkingWorker([queue(queue_url)], connection=queue(queue_url).connection)
+    handled = threading.Event()
+    worker.handle_payload = lambda message: handled.set()  # what subscribe() registers
+    worker.subscribe()
+    channel = worker.pubsub_channel_name
+    wait_until(lambda: worker.connection.pubsub_numsub(channel)[0][1] == 1,
+               "the worker subscribed to its command channel")
+    worker.connection.publish(channel, "{}")
+    assert handled.wait(timeout=30), "the command reader never read the message"
+    reader = worker.pubsub_thread
+    stopping = threading.Thread(target=reader.stop)  # redis-py 8: waits for the reader
+    stopping.start()
+    reader.join(timeout=30 * COMMAND_READ_S)
+    assert not reader.is_alive(), "the command reader kept the worker from exiting"
+    stopping.join(timeout=30 * COMMAND_READ_S)
+    worker.pubsub.close()
+
+
+def test_worker_and_monitor_default_the_queue_to_the_index_redis(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setitem(sys.modules, "rq", None)  # as if the rq extra were not installed
+    """Without $MOONCAKE_REDIS_QUEUE_URL both use the index's own Redis (rq's convention), and
+    say so: reclaiming and unmounting need no queue setting, and a job they enqueue is
+    worked by a worker started the same way."""
+    index = Index.from_url(redis_url, namespace="default-queue")
+    roots(index, 20)
+    index.set_config(capacity_bytes=100)  # 200 bytes used: above the watermark
+    assert main(["--url", redis_url, "--namespace", "default-queue", "monitor",
+                 "--iterations=1", "--interval=0"]) == 0
+    err = capsys.readouterr().err
+    assert "(the index's Redis: no $MOONCAKE_REDIS_QUEUE_URL)" in err
+    assert len(queue(redis_url)) == 1  # on the index's own Redis
+    monkeypatch.setenv(ENV_URL, "")  # restored after the test: the worker sets both
+    monkeypatch.setenv(ENV_QUEUE_URL, "")
+    assert main(["--url", redis_url, "--namespace", "default-queue", "worker", "--burst"]) == 0
+    assert len(queue(redis_url)) == 0
+    assert index.usage().used_bytes <= 100
+
+
+def test_the_queue_refuses_a_cluster_url_before_any_work(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv(ENV_QUEUE_URL, "redis+cluster://127.0.0.1:1")
     for command in ("worker", "monitor"):
         assert main(["--url", redis_url, command, "--burst" if command == "worker"
                      else "--iterations=1"]) == 1
         err = capsys.readouterr().err
-        assert err == f"error: `{command}`: {RQ_MISSING}\n"
-    index = Index.from_url(redis_url, namespace="no-rq", queue_url=queue_url,
-                           capacity_bytes=16 * 10)
-    with pytest.raises(ConfigurationError, match=r"pip install 'mooncake-redis\[rq\]'"):
-        index.put_start(f"{page('big')}_0_k", 161)  # refused for space: the enqueue needs rq
-    with pytest.raises(ConfigurationError, match=r"pip install 'mooncake-redis\[rq\]'"):
-        run_worker(queue_url, burst=True)
-    index.set_config(capacity_bytes=0)
-    index.put_start(f"{page('big')}_0_k", 100)  # without a refusal rq is never needed
-    assert index.object_info(f"{page('big')}_0_k") is not None
+        assert err.startswith("error: the eviction queue needs a plain Redis"), err
+        assert "Traceback" not in err
+    with pytest.raises(ConfigurationError, match="RQ does not run on Redis Cluster"):
+        run_worker("redis+cluster://127.0.0.1:1", burst=True)

@@ -22,7 +22,7 @@ from mooncake_redis.capacity.eviction import (
 )
 from mooncake_redis.index import Index
 from mooncake_redis.operations.doctor import examine
-from mooncake_redis.settings import ENV_URL
+from mooncake_redis.settings import ENV_PREFIX, ENV_URL
 from mooncake_redis.text import human_bytes, plural
 from mooncake_redis.urls import safe_url
 
@@ -87,30 +87,45 @@ def report_lines(report: EvictionReport) -> list[str]:
     ]
 
 
-def open_checked_index(args: argparse.Namespace) -> Index:
+def open_checked_index(args: argparse.Namespace, queue_url: str) -> Index:
     """Long-running processes open the namespace as its clients do (settings not stored yet
     are filled in from the environment), and warn at start if Redis would lose index state."""
-
-    index = open_index(args)
+    index = open_index(args, queue_url=queue_url)
     for warning in examine(index.ctx, url_of(args), safe_url(url_of(args))).warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"namespace {namespace_of(args)!r} at {safe_url(url_of(args))}", file=sys.stderr)
     return index
 
 
+def queue_url_of(args: argparse.Namespace) -> str:
+    """The eviction queue of `worker` and `monitor`: $MOONCAKE_REDIS_QUEUE_URL, else the
+    index's own Redis (rq's convention: its keys, all under `rq:`, sit beside the data),
+    checked and said on stderr before any work."""
+    from mooncake_redis.workers.jobs import ENV_QUEUE_URL, eviction_queue  # rq: only here
+
+    queue_url = os.environ.get(ENV_QUEUE_URL) or url_of(args)
+    eviction_queue(queue_url)  # a queue that cannot serve: said now, before any work
+    print(f"eviction queue {safe_url(queue_url)}"
+          + (f" (the index's Redis: no ${ENV_QUEUE_URL})" if queue_url == url_of(args) else ""),
+          file=sys.stderr)
+    return queue_url
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     from mooncake_redis.workers.worker import run_worker
 
-
     configure_logging(args.log_level)
-    index = open_checked_index(args)
-    # Jobs carry only the namespace and read the index URL from the environment of the
-    # process that runs them: this one, or its work horses.
+    queue_url = queue_url_of(args)
+    index = open_checked_index(args, queue_url)
+    # Jobs carry only the namespace and read the index and queue URLs from the environment
+    # of the process that runs them (this one, or its work horses): a job's follow-up goes
+    # to the queue it came from.
     os.environ[ENV_URL] = url_of(args)
+    os.environ[ENV_PREFIX + "QUEUE_URL"] = queue_url
     if args.metrics_port is not None:
         exporter = start_metrics(index, args.metrics_port)
         exporter.count_this_process()
-    run_worker(index.ctx.options.queue_url, burst=args.burst, logging_level=args.log_level,
+    run_worker(queue_url, burst=args.burst, logging_level=args.log_level,
                in_process=args.metrics_port is not None)
     return OK
 
@@ -125,13 +140,10 @@ def start_metrics(index: Index, port: int) -> Any:
 
 
 def cmd_monitor(args: argparse.Namespace) -> int:
-    from mooncake_redis.workers.jobs import eviction_queue
     from mooncake_redis.workers.monitor import watch
 
-
     configure_logging(args.log_level)
-    index = open_checked_index(args)
-    eviction_queue(index.ctx.options.queue_url)  # no queue configured: say so now, not later
+    index = open_checked_index(args, queue_url_of(args))
     stop = threading.Event()
     stopping = (signal.SIGTERM, signal.SIGINT)  # docker stop, Ctrl-C: finish the check
     previous = [signal.signal(number, lambda number, frame: stop.set()) for number in stopping]
@@ -178,7 +190,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evict.set_defaults(func=cmd_evict)
 
     worker = subparsers.add_parser(
-        "worker", help="run an RQ worker for eviction jobs (queue: $MOONCAKE_REDIS_QUEUE_URL)")
+        "worker", help="run an RQ worker for eviction jobs (queue: $MOONCAKE_REDIS_QUEUE_URL, "
+                       "else the index's Redis)")
     worker.add_argument("--burst", action="store_true", help="exit when the queue is empty")
     add_log_level(worker)
     worker.set_defaults(func=cmd_worker)
@@ -186,7 +199,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     monitor = subparsers.add_parser(
         "monitor", help="keep the shards' admission limits fresh and enqueue an eviction job "
                         "whenever usage is above the high watermark "
-                        "(queue: $MOONCAKE_REDIS_QUEUE_URL)")
+                        "(queue: $MOONCAKE_REDIS_QUEUE_URL, else the index's Redis)")
     monitor.add_argument("--interval", type=non_negative, default=1.0,
                          help="seconds between checks (default: 1)")
     monitor.add_argument("--iterations", type=at_least(1), default=None,

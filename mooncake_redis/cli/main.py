@@ -11,7 +11,6 @@ password masked; 2 a usage error (argparse's, or a value the command line cannot
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import re
 import sys
@@ -365,10 +364,6 @@ def warn_if_in_process(args: argparse.Namespace) -> None:
 
 def missing_for(args: argparse.Namespace) -> str | None:
     """What an optional dependency the command needs lacks, found before any work starts."""
-    if args.command in ("worker", "monitor") and importlib.util.find_spec("rq") is None:
-        from mooncake_redis.workers.jobs import RQ_MISSING
-
-        return f"`{args.command}`: {RQ_MISSING}"
     if args.command == "sim" and getattr(args, "plot", False):
         try:
             import matplotlib  # noqa: F401

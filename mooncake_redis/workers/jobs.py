@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
+from urllib.parse import urlsplit
+
+import rq
 
 from mooncake_redis.capacity.eviction import Evictor
 from mooncake_redis.connection import connect
 from mooncake_redis.context import Context
 from mooncake_redis.errors import ConfigurationError
 from mooncake_redis.settings import DEFAULT_URL, ENV_PREFIX, ENV_URL
-
-if TYPE_CHECKING:
-    import rq
 
 QUEUE_NAME = "mooncake-redis-eviction"
 ENV_QUEUE_URL = ENV_PREFIX + "QUEUE_URL"
@@ -28,25 +28,16 @@ next request for more than this."""
 JOB_TIMEOUT_S = 600
 
 
-RQ_MISSING = ("rq is not installed: pip install 'mooncake-redis[rq]' for eviction in RQ "
-              "workers (without it, Index.evict, `mooncake-redis evict` and put_start's "
-              "wait_ms evict in process)")
-
-
-def import_rq() -> Any:
-    """The rq module (the `rq` extra), or a ConfigurationError that says what to install."""
-    try:
-        import rq
-    except ImportError:
-        raise ConfigurationError(RQ_MISSING) from None
-    return rq
-
-
 def eviction_queue(queue_url: str) -> rq.Queue:
     if not queue_url:
         raise ConfigurationError(f"no eviction queue: set {ENV_QUEUE_URL} (e.g. "
                                  "redis://localhost:6379/1) to run eviction in RQ workers")
-    return import_rq().Queue(QUEUE_NAME, connection=connect(queue_url, decode_responses=False))
+    if urlsplit(queue_url).scheme == "redis+cluster":
+        raise ConfigurationError(
+            f"the eviction queue needs a plain Redis (RQ does not run on Redis Cluster): set "
+            f"{ENV_QUEUE_URL} to a redis:// or rediss:// URL, e.g. one master's or another "
+            "Redis's")
+    return rq.Queue(QUEUE_NAME, connection=connect(queue_url, decode_responses=False))
 
 
 def request_eviction(ctx: Context, target_ratio: float | None = None,
