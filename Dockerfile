@@ -5,6 +5,8 @@ ENV PYTHONUNBUFFERED=1
 WORKDIR /app
 COPY pyproject.toml README.md LICENSE ./
 COPY mooncake_redis ./mooncake_redis
-RUN pip install --no-cache-dir ".[rq,metrics]"
+COPY lua ./lua
+COPY workers ./workers
+RUN pip install --no-cache-dir ".[metrics]"
 ENTRYPOINT ["mooncake-redis"]
 CMD ["--help"]

@@ -258,7 +258,7 @@ class TreeSnapshots:
     def fingerprint(self) -> str:
         """The library's code and the source of everything that shapes the trees."""
         digest = hashlib.sha256(f"{self.seed}:{KEYS_PER_PAGE}:{OBJECT_BYTES}".encode())
-        for path in sorted([*ROOT.glob("mooncake_redis/lua/*.lua"),
+        for path in sorted([*ROOT.glob("lua/*.lua"),
                             *ROOT.glob("mooncake_redis/*.py"),
                             Path(__file__).with_name("trees.py")]):
             digest.update(path.read_bytes())

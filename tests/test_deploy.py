@@ -76,15 +76,17 @@ def test_worker_and_monitor_run_real_commands_with_real_options() -> None:
         assert service["depends_on"]["redis"]["condition"] == "service_healthy"
 
 
-def test_the_dockerfile_installs_the_package() -> None:
+def test_the_dockerfile_installs_the_package_with_its_lua_and_workers() -> None:
     lines = (ROOT / "Dockerfile").read_text().splitlines()
     copied = {source for line in lines if line.startswith("COPY ")
               for source in shlex.split(line)[1:-1]}
     # pyproject.toml names README.md and LICENSE: the build fails without them.
-    assert {"pyproject.toml", "README.md", "LICENSE", "mooncake_redis"} <= copied
-    # the rq and metrics extras: compose starts the worker and the monitor with
-    # --metrics-port
-    assert any(line.startswith("RUN pip install") and line.endswith(' ".[rq,metrics]"')
+    # lua/ and workers/ are mapped into the package (pyproject.toml's package-dir)
+    assert {"pyproject.toml", "README.md", "LICENSE", "mooncake_redis", "lua",
+            "workers"} <= copied
+    # the metrics extra (rq is a dependency): compose starts the worker and the monitor
+    # with --metrics-port
+    assert any(line.startswith("RUN pip install") and line.endswith(' ".[metrics]"')
                for line in lines)
     assert "ENV PYTHONUNBUFFERED=1" in lines  # log lines reach `docker logs` at once
     assert 'ENTRYPOINT ["mooncake-redis"]' in lines

@@ -1,7 +1,7 @@
 """The Index is a facade: code outside it does not take its Context out of it.
 
-The rule, checked with `ast` on every .py file of the package (its workers/ included), benchmarks/,
-scripts/ and examples/: an attribute `.ctx` (or `getattr(..., "ctx")`) may only be read
+The rule, checked with `ast` on every .py file of the package (lua/ and workers/ included),
+benchmarks/, scripts/ and examples/: an attribute `.ctx` (or `getattr(..., "ctx")`) may only be read
 on `self` (a class's own Context) or on a name `ctx` (a Context passed in). Anything else
 (`index.ctx`, `self.index.ctx`, `plane.index.ctx`) reaches into an Index, and fails the
 test. Exempt: mooncake_redis/index.py itself and the command modules (mooncake_redis/cli/,
@@ -21,7 +21,7 @@ from mooncake_redis import Index
 from mooncake_redis.errors import InvalidArgument
 
 ROOT = Path(__file__).resolve().parents[1]
-SCANNED = ("mooncake_redis", "benchmarks", "scripts", "examples")
+SCANNED = ("mooncake_redis", "lua", "workers", "benchmarks", "scripts", "examples")
 ALLOWED_OWNERS = {"self", "ctx"}
 
 

@@ -11,11 +11,31 @@ from pathlib import Path
 import mooncake_redis
 
 PACKAGE = Path(mooncake_redis.__file__).parent
+ROOT = PACKAGE.parent
+PYPROJECT = (ROOT / "pyproject.toml").read_text()  # no tomllib on 3.10
+
+
+def package_dirs() -> dict[str, Path]:
+    """pyproject.toml's package-dir mapping: package name -> its folder (lua/ and workers/
+    sit at the top of the repository and install as mooncake_redis.lua and .workers)."""
+    table = re.search(r"^\[tool\.setuptools\.package-dir\]\n(.*?)(?:^\[|\Z)", PYPROJECT,
+                      re.MULTILINE | re.DOTALL)
+    assert table is not None, "pyproject.toml has no [tool.setuptools.package-dir]"
+    return {name: ROOT / folder
+            for name, folder in re.findall(r'^"([\w.]+)" = "([\w./]+)"$', table.group(1),
+                                           re.MULTILINE)}
+
+
+FOLDERS = package_dirs()
 
 
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    """The import name of a file, through the package-dir mapping (longest folder first)."""
+    for package, folder in sorted(FOLDERS.items(), key=lambda item: -len(item[0])):
+        if path.is_relative_to(folder):
+            parts = [*package.split("."), *path.relative_to(folder).with_suffix("").parts]
+            return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    raise AssertionError(f"{path} is in no folder pyproject.toml installs")
 
 
 def imports_of(path: Path) -> set[str]:
@@ -37,7 +57,8 @@ def imports_of(path: Path) -> set[str]:
     return found - {name}
 
 
-MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+MODULES = {module_name(path): path for folder in set(FOLDERS.values())
+           for path in folder.rglob("*.py")}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -77,20 +98,21 @@ def test_the_check_sees_a_cycle() -> None:
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_every_installed_package_is_a_folder_of_the_package_the_scan_sees() -> None:
-    """No package-dir mapping: each package pyproject.toml installs is the folder of the
-    same name under mooncake_redis/, so the scan above sees all of the code (the workers
-    included) and a reader finds it where its import name says."""
-    pyproject = (PACKAGE.parent / "pyproject.toml").read_text()  # no tomllib on 3.10
-    assert "package-dir" not in pyproject
-    listed = re.search(r"^packages = \[(.*?)\]", pyproject, re.MULTILINE | re.DOTALL)
+def test_every_installed_package_is_a_folder_the_scan_sees() -> None:
+    """Each package pyproject.toml installs is a folder the scan above reads, under its
+    import name: the package's own folders, and lua/ and workers/ at the top through the
+    package-dir mapping, so the layer and cycle checks cover all of the code."""
+    assert FOLDERS["mooncake_redis.lua"] == ROOT / "lua"
+    assert FOLDERS["mooncake_redis.workers"] == ROOT / "workers"
+    listed = re.search(r"^packages = \[(.*?)\]", PYPROJECT, re.MULTILINE | re.DOTALL)
     assert listed is not None
     packages = re.findall(r'"([\w.]+)"', listed.group(1))
-    assert "mooncake_redis.workers" in packages
     for package in packages:
-        folder = PACKAGE.parent.joinpath(*package.split("."))
+        mapped = FOLDERS.get(package)
+        folder = mapped if mapped is not None else ROOT.joinpath(*package.split("."))
         assert (folder / "__init__.py").is_file(), package
-    assert {"mooncake_redis.workers.jobs", "mooncake_redis.lua"} <= set(MODULES)
+    assert {"mooncake_redis.workers.jobs", "mooncake_redis.workers.worker",
+            "mooncake_redis.lua"} <= set(MODULES)
 
 
 LAYERS: list[list[tuple[str, tuple[str, ...]]]] = [
