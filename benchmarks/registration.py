@@ -3,6 +3,7 @@ path, next to the EVALSHA ceilings of the same run; and how batch size moves the
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from itertools import islice
 from typing import Any
@@ -11,7 +12,6 @@ import redis
 from tqdm import tqdm
 
 from mooncake_redis import Index
-from mooncake_redis.keys import SHARD_KEY_NAMES
 from mooncake_redis.scripts import read_lua
 
 from .common import (
@@ -36,7 +36,8 @@ EMPTY_SHARD_SCRIPT = "\nreturn 1"
 """Appended to lua/_lib.lua: a shard script with no items. It costs what every call of
 every shard script pays before its first item (the library's definitions, TIME)."""
 
-HEADER = [600_000, 1000, 60_000]
+HEADER = json.dumps(["bench", 600_000, 1000, 60_000, 2, 16, ""])
+"""The packed argument of a shard script with no items (lua/_lib.lua's header)."""
 
 
 SEGMENT = "node-0:7000"
@@ -109,7 +110,7 @@ def registration_rows(client: redis.Redis, server: Any, context: Context) -> lis
     shards = mha.settings.shard_count
     replicated.mount_segment(SEGMENT, 1 << 50)
     replica = [(SEGMENT, "/mnt/kv/segment-0/0123456789abcdef", "disk")]
-    shard_keys = [f"bench:{{00}}:{name}" for name in SHARD_KEY_NAMES]
+    shard_keys = ["bench:{00}:stats"]
     empty_shard = read_lua("_lib") + EMPTY_SHARD_SCRIPT
     for group in tqdm(chunks(tree_b, 1000), desc="path B objects", leave=False):
         checked(path_b.batch_put_start([(page, OBJECT_BYTES, None) for page, _ in group]))
@@ -123,7 +124,7 @@ def registration_rows(client: redis.Redis, server: Any, context: Context) -> lis
             measure(client, script_ceiling(client, CEILING_SCRIPT, ["bench:ceiling"], [], nodes,
                                            size))),
         row("ceiling: pipelined empty shard script (_lib.lua)", "call", nodes,
-            measure(client, script_ceiling(client, empty_shard, shard_keys, HEADER, nodes,
+            measure(client, script_ceiling(client, empty_shard, shard_keys, [HEADER], nodes,
                                            size))),
         row(f"batch_put_start, 2 objects/node, with parent ({size} nodes/call, {shards} "
             "shards)", "node", nodes,

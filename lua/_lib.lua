@@ -1,41 +1,48 @@
--- Shared helpers. mooncake_redis/scripts.py prepends this file to every script, so each
+-- Shared helpers. mooncake_redis/scripts.py prepends the parts a script names to it, so each
 -- script stays one self-contained EVALSHA body.
 --
--- Shard scripts receive the shard's keys as KEYS[1..7] (keys.SHARD_KEY_NAMES) and node
--- keys after them, and a common ARGV header:
---   ARGV[1] put_start release timeout (ms): a processing object older than this is evictable
---   ARGV[2] events cap per shard stream (0 = no events; negative: Redis is at maxmemory,
---           so the first event of the call frees the stream's whole macro nodes first)
---   ARGV[3] link epoch horizon (ms): link epochs older than this are refused, and fences
---           older than this are dropped (no epoch they could refuse is accepted anyway)
--- Items follow the header. A script checks each item completely before writing anything
--- for it, so a refused item leaves nothing behind; results come back one per item, a
--- refusal as the string 'MCERR_<CODE> message'.
+-- Calls per Redis node (DESIGN v4, docs/ARCHITECTURE.md "Scripts"): one call carries the
+-- work of one step for every shard of the namespace that ONE Redis node serves. ARGV[1] is
+-- one packed argument, a JSON array decoded once (cjson: Redis and fakeredis have it):
+--   A[1] namespace, A[2] put_start release timeout (ms): a processing object older than
+--   this is evictable, A[3] events cap per shard stream (0 = no events; negative: Redis is
+--   at maxmemory, so the first event of a stream frees its old entries first), A[4] link
+--   epoch horizon (ms), A[5] the layout's tag width (1 | 2) and A[6] its shard count,
+--   A[7] the shards this node serves, joined by ',' ('' = all: a single Redis), then the
+--   script's own arguments and its items (mooncake_redis/layouts.py declares each).
+-- KEYS: none, or on Redis Cluster one key of a shard of the call, so Redis routes it
+-- (MOVED, ASK) before it runs. Every other key is built here from the namespace and the
+-- shard tags the items carry: '<ns>:{<tag>}:n:<hash>' and the shard's keys.
+-- On a cluster (A[7] not '') every key a script writes is touched before its first write:
+-- a shard's keys when the shard is first used here, a node key by its read; all writes
+-- happen in finish(). A key Redis does not serve here ("non local key", a migrating slot)
+-- so refuses the call before anything is written, and the client sends the items again
+-- shard by shard. Items are checked completely before anything is written for them, so a
+-- refused item leaves nothing behind; results come back one per item, a refusal as the
+-- string 'MCERR_<CODE> message'.
 --
 -- What costs here is counted in instructions of redis-server (docs/BENCHMARKS.md): a
--- redis.call() is 8-15k, a table 1-2k, a closure about 0.5k, so this file defines few
--- functions and tables per call, a node is read with ONE HMGET (its counters and the
--- object or child fields the script announced with want()), changed in memory, and
--- written back by finish() with one HSET (plus an HDEL only for fields that go), with the
--- leaf index, the emptied nodes and the shard's stats (read once, written once).
+-- redis.call() is 8-15k, a table 1-2k, a closure about 0.5k. So a node is read with ONE
+-- HMGET and written with one HSET; a shard's leaf index, stats and events stream are
+-- written once a call (one ZADD, one HSET, one XADD of every object a call stored).
 --
 -- The file is in parts ('-- @part <name>: needs <part> ...'); a script names the parts it
--- uses on a '-- uses: <part> ...' line of its header and gets only those and what they
--- need, in this file's order (mooncake_redis/scripts.py); a script without one gets all,
--- one whose line names none gets nothing. A '-- lazy: <part> ...' line names parts (and
--- what they need, less what the prelude has) that go where the script's '-- @lazy' line
--- is, inside a function it calls only on its rare path: a part defined but not used
--- still costs each call (put_start: its general path's node records).
--- Every part defined costs each call of the script (its locals and closures).
+-- uses on a '-- uses: <part> ...' line and gets only those and what they need, in this
+-- file's order (mooncake_redis/scripts.py); one whose line names none gets nothing.
 
 -- @part core
 
-local LEAVES, SOFT_LEAVES, STATS, PENDING, FENCES, OUTBOX, EVENTS =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local RELEASE_MS, EVENTS_CAP, EPOCH_HORIZON_MS =
-  tonumber(ARGV[1]) or 0, tonumber(ARGV[2]) or 0, tonumber(ARGV[3]) or 0
-local EVENTS_TRIM = EVENTS_CAP < 0  -- at maxmemory: see emit
+local A = cjson.decode(ARGV[1])
+local NS, RELEASE_MS, EVENTS_CAP, EPOCH_HORIZON_MS, WIDTH, COUNT =
+  A[1], A[2], A[3], A[4], A[5], A[6]
+local EVENTS_TRIM = EVENTS_CAP < 0  -- at maxmemory: see write_events
 if EVENTS_TRIM then EVENTS_CAP = -EVENTS_CAP end
+local SERVED = nil  -- tag -> true for the shards served here; nil: every shard (one Redis)
+if A[7] ~= '' then
+  SERVED = {}
+  for tag in string.gmatch(A[7], '[^,]+') do SERVED[tag] = true end
+end
+local CLUSTER = SERVED ~= nil
 local INF = math.huge
 
 -- Milliseconds of the Redis clock (never the client's), read on first use.
@@ -65,38 +72,152 @@ local function fail(code, message)
   return 'MCERR_' .. code .. ' ' .. message
 end
 
+-- The shards this call works in, by tag, each with its key names and what the call
+-- changes there (stats deltas, leaf index moves, events, deaths), in first-use order.
+local SHARD, SHARDS = {}, {}
+local function shard(tag)
+  local s = SHARD[tag]
+  if s then return s end
+  local base = NS .. ':{' .. tag .. '}:'
+  s = {tag = tag, base = base, nbase = base .. 'n:', stats = base .. 'stats',
+    du = 0, dobj = 0, dn = 0, dsh = 0, dfe = 0, dlk = 0, wrote = false}
+  if CLUSTER then  -- touched before any write: a key not served here refuses the call now
+    redis.call('EXISTS', s.stats, base .. 'leaves', base .. 'soft_leaves', base .. 'events',
+      base .. 'fences', base .. 'outbox', base .. 'pending')
+  end
+  SHARD[tag] = s
+  SHARDS[#SHARDS + 1] = s
+  return s
+end
+
+-- The shard tag a node has if its hash is a 64-hex digest (its first digit with width 1,
+-- else its first byte's top bits); nil where no tag can be read off the hash. Only a
+-- guess for any other hash, whose shard is blake3's (the client computes it): a caller
+-- finds the node at the guessed shard or counts it as not served here. A node key names
+-- its hash whole, so no other node can be found under it. (No hex check here: a pattern
+-- scan of 64 characters costs more than a redis.call.)
+local tag_texts = {}
+local function tag_of(hash)
+  if #hash ~= 64 then return nil end
+  if WIDTH == 1 then
+    local first = string.sub(hash, 1, 1)
+    if string.find('0123456789abcdef', first, 1, true) then return first end
+    return nil
+  end
+  local first = string.sub(hash, 1, 2)
+  local tag = tag_texts[first]
+  if tag == nil then
+    local byte = tonumber(first, 16)
+    tag = byte and string.format('%02x', math.floor(byte * COUNT / 256)) or false
+    tag_texts[first] = tag
+  end
+  return tag or nil
+end
+
+local function is_local(tag)
+  return tag ~= nil and (SERVED == nil or SERVED[tag] == true)
+end
+
+-- A 64-hex child is stored under its bare hash (64 bytes: the listpack limit), others as
+-- c:<hash>. The client names the field when it writes one (it knows which hashes are
+-- digests); a script that meets a child looks for both (child_fields).
+local function child_field(hash)
+  if is_digest(hash) then return hash end
+  return 'c:' .. hash
+end
+
+local function child_fields(hash)
+  if #hash == 64 then return {hash, 'c:' .. hash} end
+  return {'c:' .. hash}
+end
+
+-- Whether a text is 64 lower-case hex digits (a pattern scan: off the hot paths).
+local function is_digest(text)
+  return #text == 64 and not string.find(text, '[^0-9a-f]')
+end
+
+local function is_child_field(f)
+  return string.sub(f, 1, 2) == 'c:' or is_digest(f)
+end
+
+-- A command with many arguments, sent in slices (Lua's unpack has a stack limit); nil key:
+-- the arguments are the keys (DEL). Returns the replies' sum.
+local function in_slices(command, key, args, extra)
+  local step, total = 2000, 0
+  for first = 1, #args, step do
+    local last = math.min(first + step - 1, #args)
+    if extra then
+      total = total + redis.call(command, key, extra, unpack(args, first, last))
+    elseif key then
+      total = total + redis.call(command, key, unpack(args, first, last))
+    else
+      total = total + redis.call(command, unpack(args, first, last))
+    end
+  end
+  return total
+end
+
 -- @part events: needs core
 
--- One event per object (docs/EVENTS.md): type, hash (the node), suffix (key = hash ..
--- suffix), size (decimal text), the node's parent and the object's replicas when it has
--- them, and more fields for some types (after size). Entries are kept short: a stream
--- holds events_max_len of them per shard.
--- At maxmemory (EVENTS_TRIM) the call first drops the stream's older entries (whole
--- macro nodes: only that frees memory), so freeing frees: a removal would otherwise grow
--- a stream below its cap by more than the node it deletes. Consumers that had not read
--- them see events lost, as past the cap, and resync (docs/EVENTS.md).
-local function emit_event(kind, hash, parent, suffix, size, reps, ...)
+-- Events per call (docs/EVENTS.md): a shard's stream gets ONE entry per call and type,
+-- 'type' <type> 'objects' <JSON>, the JSON a flat array that names, for each node, 'h'
+-- <hash> ('p' <parent> where it has one) and for each of its objects 's' <suffix> 'z'
+-- <size> ('r' <replicas> where it has them) and that type's own fields (free_after;
+-- segment, left, dropped). One field, so a reader that takes an entry's fields as a map
+-- (redis-py's XRANGE, XREAD) loses nothing. An entry holds at most ENTRY_OBJECTS objects:
+-- a call with more writes more entries, each starting with its node.
+-- At maxmemory (EVENTS_TRIM) a stream's older entries go first (whole macro nodes: only
+-- that frees memory), so freeing frees.
+local ENTRY_OBJECTS = 1000
+
+local function event(s, kind, hash, parent, suffix, size, reps, ...)
   if EVENTS_CAP <= 0 then return end
-  if EVENTS_TRIM then
-    redis.call('XTRIM', EVENTS, 'MAXLEN', '~', 0)
-    EVENTS_TRIM = false
+  local entries = s.ev
+  if not entries then
+    entries = {}
+    s.ev = entries
   end
-  local plain = not reps or reps == ''
-  if plain and select('#', ...) == 0 then  -- the common entries, without a table
+  local e = entries[kind]
+  if not e or e.count >= ENTRY_OBJECTS then
+    e = {kind = kind, v = {}, n = 0, h = false, count = 0}
+    entries[kind] = e
+    entries[#entries + 1] = e
+  end
+  local v, n = e.v, e.n
+  if e.h ~= hash then
+    v[n + 1], v[n + 2] = 'h', hash
+    n = n + 2
     if parent then
-      redis.call('XADD', EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'type', kind, 'hash', hash,
-        'suffix', suffix, 'size', size, 'parent', parent)
-    else
-      redis.call('XADD', EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'type', kind, 'hash', hash,
-        'suffix', suffix, 'size', size)
+      v[n + 1], v[n + 2] = 'p', parent
+      n = n + 2
     end
-    return
+    e.h = hash
   end
-  local extra = {...}
-  if parent then extra[#extra + 1] = 'parent'; extra[#extra + 1] = parent end
-  if not plain then extra[#extra + 1] = 'replicas'; extra[#extra + 1] = reps end
-  redis.call('XADD', EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'type', kind, 'hash', hash,
-    'suffix', suffix, 'size', size, unpack(extra))
+  v[n + 1], v[n + 2], v[n + 3], v[n + 4] = 's', suffix, 'z', size
+  n = n + 4
+  if reps and reps ~= '' then
+    v[n + 1], v[n + 2] = 'r', reps
+    n = n + 2
+  end
+  local extra = select('#', ...)
+  if extra > 0 then
+    local more = {...}
+    for i = 1, extra do v[n + i] = more[i] end
+    n = n + extra
+  end
+  e.n, e.count = n, e.count + 1
+end
+
+local function write_events(s)
+  local entries = s.ev
+  if not entries then return end
+  local stream = s.base .. 'events'
+  if EVENTS_TRIM then redis.call('XTRIM', stream, 'MAXLEN', '~', 0) end
+  for i = 1, #entries do
+    local e = entries[i]
+    redis.call('XADD', stream, 'MAXLEN', '~', EVENTS_CAP, '*', 'type', e.kind, 'objects',
+      cjson.encode(e.v))
+  end
 end
 
 -- @part leaves: needs core
@@ -104,7 +225,8 @@ end
 -- A node is a leaf when it holds objects and has no children. Its score is the time after
 -- which all its objects are evictable: +inf with a hard pin, else the latest lease end of
 -- its complete objects and the latest start + release timeout of its processing ones.
--- Returns the leaf index it belongs in (nil: none) and its score, from its counters.
+-- Returns its leaf index (1 leaves, 2 soft_leaves: some object soft-pinned; nil none) and
+-- its score, from its counters.
 local function leaf_score(no, nc, nh, ns, lm, np, ps)
   if (no or 0) == 0 or (nc or 0) > 0 then return nil, nil end
   local score
@@ -114,15 +236,35 @@ local function leaf_score(no, nc, nh, ns, lm, np, ps)
     score = lm or 0
     if (np or 0) > 0 and ps + RELEASE_MS > score then score = ps + RELEASE_MS end
   end
-  if (ns or 0) > 0 then return SOFT_LEAVES, score end
-  return LEAVES, score
+  if (ns or 0) > 0 then return 2, score end
+  return 1, score
 end
 
--- Moves a node in the leaf indexes from (set0, score0) to (set1, score1), nil = none.
-local function move_leaf(hash, set0, score0, set1, score1)
-  if set0 and set1 ~= set0 then redis.call('ZREM', set0, hash) end
+local INDEX_NAMES = {'leaves', 'soft_leaves'}
+
+-- Moves a node of shard s in its leaf indexes from (set0, score0) to (set1, score1), nil =
+-- none; written once a call per shard and index (write_leaves).
+local function move_leaf(s, hash, set0, score0, set1, score1)
+  if set0 and set1 ~= set0 then
+    local list = s['zrem' .. set0]
+    if list then list[#list + 1] = hash else s['zrem' .. set0] = {hash} end
+  end
   if set1 and (set1 ~= set0 or score1 ~= score0) then
-    redis.call('ZADD', set1, num(score1), hash)
+    local list = s['zadd' .. set1]
+    if not list then
+      list = {}
+      s['zadd' .. set1] = list
+    end
+    list[#list + 1] = num(score1)
+    list[#list + 1] = hash
+  end
+end
+
+local function write_leaves(s)
+  for set_ = 1, 2 do
+    local gone, added = s['zrem' .. set_], s['zadd' .. set_]
+    if gone then in_slices('ZREM', s.base .. INDEX_NAMES[set_], gone) end
+    if added then in_slices('ZADD', s.base .. INDEX_NAMES[set_], added) end
   end
 end
 
@@ -151,250 +293,191 @@ local function charged(size, reps)
   return size * count
 end
 
--- Bytes per segment changed by this script, written to the stats' su:<segment> by finish().
-local seg_delta = {}
-local function count_segments(reps, sign, size)
+-- Bytes per segment changed in shard s by this call, written to its stats' su:<segment>.
+local function count_segments(s, reps, sign, size)
   if reps and reps ~= '' then
+    local delta = s.seg
+    if not delta then
+      delta = {}
+      s.seg = delta
+    end
     for segment in string.gmatch(reps, '|([^,|]*)') do
-      seg_delta[segment] = (seg_delta[segment] or 0) + sign * size
+      delta[segment] = (delta[segment] or 0) + sign * size
     end
   end
-end
-
--- A 64-hex child is stored under its bare hash (64 bytes: the listpack limit), others as
--- c:<hash>; the client names the field (values.child_field_argument), this tells them apart.
-local function is_child_field(f)
-  return string.sub(f, 1, 2) == 'c:' or (#f == 64 and not string.find(f, '[^0-9a-f]'))
 end
 
 -- @part stats: needs core objects
 
--- The shard's stats: read when first needed, written once by write_stats() (finish()).
-local stats_read = false
-local s_used, s_objects, s_nodes, s_writes, s_fences, s_limit, s_shells = 0, 0, 0, 0, 0, nil, 0
-local d_used, d_objects, d_nodes, d_fences, d_shells = 0, 0, 0, 0, 0
--- Parents given to nodes that had children (the only links that can close a cycle): the
--- stats' `links` counts them, so a client's cycle walk within one shard can be checked to
--- still hold when its link is written (check_parent).
-local d_links = 0
-
-local function read_stats()
-  if not stats_read then
-    local v = redis.call('HMGET', STATS, 'used_bytes', 'objects', 'nodes', 'writes', 'fences',
-      'limit', 'shells')
-    s_used, s_objects, s_nodes = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
-    s_writes, s_fences, s_limit = tonumber(v[4]) or 0, tonumber(v[5]) or 0, tonumber(v[6])
-    s_shells = tonumber(v[7]) or 0
-    stats_read = true
+-- A shard's stats: read when first needed, written once (write_stats).
+local function read_stats(s)
+  if not s.read then
+    local v = redis.call('HMGET', s.stats, 'used_bytes', 'objects', 'nodes', 'writes',
+      'fences', 'limit', 'shells')
+    s.used, s.objects, s.nodes = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
+    s.writes, s.fences, s.limit = tonumber(v[4]) or 0, tonumber(v[5]) or 0, tonumber(v[6])
+    s.shells = tonumber(v[7]) or 0
+    s.read = true
   end
 end
 
 -- The highest fence of a child, or nil (no read at all while the shard has no fence).
-local function fence_of(hash)
-  read_stats()
-  if s_fences + d_fences <= 0 then return nil end
-  return tonumber(redis.call('ZSCORE', FENCES, hash))
+local function fence_of(s, hash)
+  read_stats(s)
+  if s.fences + s.dfe <= 0 then return nil end
+  return tonumber(redis.call('ZSCORE', s.base .. 'fences', hash))
 end
 
--- The stats' changes of this call, written once: whole when read (read_stats), else as
--- increments; `wrote` says a node was written (the call counts as a write).
-local function write_stats(wrote)
-  for segment, delta in pairs(seg_delta) do
-    if delta ~= 0 then redis.call('HINCRBY', STATS, 'su:' .. segment, delta) end
+-- The stats' changes of this call in shard s, written once: whole when read, else as
+-- increments. `wrote` (a node was written) counts the call in `writes`, which lets fsck
+-- recount a shard only if no script changed what it counts meanwhile.
+local function write_stats(s)
+  local delta = s.seg
+  if delta then
+    for segment, bytes in pairs(delta) do
+      if bytes ~= 0 then redis.call('HINCRBY', s.stats, 'su:' .. segment, bytes) end
+    end
   end
-  if d_links ~= 0 then redis.call('HINCRBY', STATS, 'links', d_links) end
-  if not wrote and d_used == 0 and d_objects == 0 and d_nodes == 0 and d_fences == 0 and
-      d_shells == 0 then
+  if s.dlk ~= 0 then redis.call('HINCRBY', s.stats, 'links', s.dlk) end
+  if not s.wrote and s.du == 0 and s.dobj == 0 and s.dn == 0 and s.dfe == 0 and
+      s.dsh == 0 then
     return
   end
-  if stats_read then
-    redis.call('HSET', STATS, 'used_bytes', num(s_used + d_used),
-      'objects', num(s_objects + d_objects), 'nodes', num(s_nodes + d_nodes),
-      'fences', num(s_fences + d_fences), 'shells', num(s_shells + d_shells),
-      'writes', num(s_writes + 1))
+  if s.read then
+    redis.call('HSET', s.stats, 'used_bytes', num(s.used + s.du),
+      'objects', num(s.objects + s.dobj), 'nodes', num(s.nodes + s.dn),
+      'fences', num(s.fences + s.dfe), 'shells', num(s.shells + s.dsh),
+      'writes', num(s.writes + 1))
     return
   end
-  if d_used ~= 0 then redis.call('HINCRBY', STATS, 'used_bytes', d_used) end
-  if d_objects ~= 0 then redis.call('HINCRBY', STATS, 'objects', d_objects) end
-  if d_nodes ~= 0 then redis.call('HINCRBY', STATS, 'nodes', d_nodes) end
-  if d_fences ~= 0 then redis.call('HINCRBY', STATS, 'fences', d_fences) end
-  if d_shells ~= 0 then redis.call('HINCRBY', STATS, 'shells', d_shells) end
-  redis.call('HINCRBY', STATS, 'writes', 1)
+  if s.du ~= 0 then redis.call('HINCRBY', s.stats, 'used_bytes', s.du) end
+  if s.dobj ~= 0 then redis.call('HINCRBY', s.stats, 'objects', s.dobj) end
+  if s.dn ~= 0 then redis.call('HINCRBY', s.stats, 'nodes', s.dn) end
+  if s.dfe ~= 0 then redis.call('HINCRBY', s.stats, 'fences', s.dfe) end
+  if s.dsh ~= 0 then redis.call('HINCRBY', s.stats, 'shells', s.dsh) end
+  redis.call('HINCRBY', s.stats, 'writes', 1)
 end
 
--- Whether the client's cycle walk for this link still holds: '1' (a walk that left the
--- shard: the resolver's walk confirms the link later), or '1:<links>' (a walk that stayed
--- in this shard, begun when the stats' `links` was <links>: no parent was given to a node
--- with children here since, so what the walk saw is still so; this batch's own links the
--- walk followed as intended).
-local function walk_holds(checked)
+-- Whether the client's cycle walk for a link into shard s still holds: '1' (a walk that
+-- left the shard: the resolver's walk confirms the link later), or '1:<links>' (a walk
+-- that stayed in this shard, begun when the stats' `links` was <links>: no parent was
+-- given to a node with children here since, so what the walk saw is still so).
+local function walk_holds(s, checked)
   if checked == '1' then return true end
   local stamp = string.match(checked, '^1:(%d+)$')
   if not stamp then return false end
-  return tonumber(redis.call('HGET', STATS, 'links') or '0') == tonumber(stamp)
+  return tonumber(redis.call('HGET', s.stats, 'links') or '0') == tonumber(stamp)
 end
 
--- @part deaths: needs stats
+-- @part nodes: needs core events leaves objects stats
 
--- What the deletion of nodes and breaking of links leave to write, collected and written
--- once per call by write_deaths() (finish()): the nodes' keys (one DEL), leaf-index
--- entries that go, fences, and the unlinks recorded in the outbox and returned to the
--- caller (intents: {parent, child, epoch}), which runs them in the parent's shard.
-local intents = {}
-local gone, dead = {}, {}  -- keys of the nodes deleted: a list and a set
-local zrem = {}  -- leaf index -> its members that go
-local fenced, outbox = {}, {}  -- ZADD arguments: score, member, ...
+-- Node records, by key and in load order. A record holds the node's counters, p (its
+-- parent; a shell made by a link whose children all came from one batch holds
+-- '?<batch id>' in the hash instead: lb here), the object and child fields read or
+-- written (false = absent), and d: what changed. finish() settles and writes them.
+local REC, RECS = {}, {}
 
-local function drop_leaf(set_, hash)
-  if set_ then
-    local list = zrem[set_]
-    if list then list[#list + 1] = hash else zrem[set_] = {hash} end
-  end
-end
-
--- A fence makes step 2 of any link of this child with an epoch <= it refuse; it is only
--- needed while such an epoch could still be accepted (within the horizon), and fences
--- past the horizon are dropped when the call writes its own.
-local function raise_fence(hash, epoch)
-  if epoch < now() - EPOCH_HORIZON_MS then return end
-  fenced[#fenced + 1] = num(epoch)
-  fenced[#fenced + 1] = hash
-end
-
--- The unlink of a deleted child from its parent in another call (the outbox protocol).
-local function unlink_later(hash, parent, epoch)
-  outbox[#outbox + 1] = now()
-  outbox[#outbox + 1] = hash .. '|' .. parent .. '|' .. num(epoch)
-  intents[#intents + 1] = {parent, hash, num(epoch)}
-end
-
--- A node this call deletes, from its counters: set_ is its leaf index (nil: none), shell
--- whether the stats count it as a shell, parent and epoch its link (nil: none).
-local function delete_node(key, hash, set_, shell, parent, epoch)
-  d_nodes = d_nodes - 1
-  if shell then d_shells = d_shells - 1 end
-  gone[#gone + 1] = key
-  dead[key] = true
-  drop_leaf(set_, hash)
-  if parent then
-    raise_fence(hash, epoch)
-    unlink_later(hash, parent, epoch)
-  end
-end
-
--- A command with many arguments, sent in slices (Lua's unpack has a stack limit); nil key:
--- the arguments are the keys (DEL). Returns the replies' sum.
-local function in_slices(command, key, args, extra)
-  local step, total = 2000, 0
-  for first = 1, #args, step do
-    local last = math.min(first + step - 1, #args)
-    if extra then
-      total = total + redis.call(command, key, extra, unpack(args, first, last))
-    elseif key then
-      total = total + redis.call(command, key, unpack(args, first, last))
-    else
-      total = total + redis.call(command, unpack(args, first, last))
-    end
-  end
-  return total
-end
-
--- Calls run(first, last) for each run of items that name one node (the node's key index is
--- an item's first argument; items are `width` arguments each, from ARGV[first]): lean
--- scripts read and write a node once a run.
-local function each_run(first, width, run)
-  local start = first
-  for a = first, #ARGV, width do
-    if ARGV[a + width] ~= ARGV[a] then  -- the run ends here
-      run(start, a)
-      start = a + width
-    end
-  end
-end
-
-local function write_deaths()
-  if #gone > 0 then in_slices('DEL', nil, gone) end
-  for set_, members in pairs(zrem) do in_slices('ZREM', set_, members) end
-  if #outbox > 0 then in_slices('ZADD', OUTBOX, outbox) end
-  if #fenced > 0 then
-    read_stats()
-    if s_fences + d_fences > 0 then
-      d_fences = d_fences -
-        redis.call('ZREMRANGEBYSCORE', FENCES, '-inf', '(' .. num(now() - EPOCH_HORIZON_MS))
-    end
-    d_fences = d_fences + in_slices('ZADD', FENCES, fenced, 'GT')
-  end
-end
-
--- Lean scripts work through the items of one node that come one after another (a run)
--- and meet a node again after others' items only rarely; they keep records (intents, new
--- leaves) in the order their nodes were first named, as finish() does: rank is hash ->
--- the run that first named it, at the position of a record's hash.
-local function in_first_order(list, rank, at)
-  table.sort(list, function(x, y) return rank[x[at]] < rank[y[at]] end)
-end
-
--- Flattens intents ({parent, child, epoch} ...) or new leaves for the reply.
-local function flat(list)
-  local out = {}
-  for _, t in ipairs(list) do
-    for _, x in ipairs(t) do out[#out + 1] = x end
-  end
-  return out
-end
-
--- @part nodes: needs core events leaves objects stats deaths
-
--- Node records, by key and in load order (one table), and the fields scripts announced.
--- A record holds the node's counters, p (its parent; a shell made by link.lua whose
--- children all came from one batch holds '?<batch id>' in the hash instead: lb here),
--- the object and child fields read or written (false = absent), and d: what changed.
--- finish() lists the emptied nodes' unlinks in intents, and the nodes that became leaves
--- in new_leaves unless the script sets list_new_leaves false (put_start: it returns none).
-local nodes, wanted = {}, {}
-local new_leaves, list_new_leaves = {}, true
-
--- Announce a field of a node that the script will read, so node() fetches it at once.
-local function want(key, field)
-  local list = wanted[key]
-  if list then list[#list + 1] = field else wanted[key] = {field} end
-end
-
--- The leaf index and score of a node record (leaf_score).
-local function leaf_of(n)
-  if not n.exists then return nil, nil end
-  return leaf_score(n.no, n.nc, n.nh, n.ns, n.lm, n.np, n.ps)
-end
-
--- The record of a node key (read once per script, with one HMGET).
-local function node(key, hash)
-  local n = nodes[key]
-  if n then return n end
-  local extra = wanted[key]
-  local v
-  if extra then
-    v = redis.call('HMGET', key, 'p', 'pe', 'nc', 'no', 'np', 'ps', 'psn', 'nh', 'ns', 'b',
-      'lm', unpack(extra))
-  else
-    v = redis.call('HMGET', key, 'p', 'pe', 'nc', 'no', 'np', 'ps', 'psn', 'nh', 'ns', 'b',
-      'lm')
-  end
+-- The record of a node from an HMGET reply v of its counters (in COUNTER_FIELDS' order)
+-- and then `fields`.
+local function record(s, hash, key, v, fields)
   local p, lb = v[1], nil
   if p and string.byte(p, 1) == 63 then  -- '?': a shell's batch marker, no parent
     lb, p = string.sub(p, 2), nil
   end
-  n = {key = key, hash = hash, p = p or nil, lb = lb, lb0 = lb, pe = tonumber(v[2]),
-    nc = tonumber(v[3]), no = tonumber(v[4]), np = tonumber(v[5]), ps = tonumber(v[6]),
-    psn = tonumber(v[7]), nh = tonumber(v[8]), ns = tonumber(v[9]), b = tonumber(v[10]),
-    lm = tonumber(v[11]), d = {}, exists = false}
+  local n = {key = key, hash = hash, s = s, p = p or nil, lb = lb, lb0 = lb,
+    pe = tonumber(v[2]), nc = tonumber(v[3]), no = tonumber(v[4]), np = tonumber(v[5]),
+    ps = tonumber(v[6]), psn = tonumber(v[7]), nh = tonumber(v[8]), ns = tonumber(v[9]),
+    b = tonumber(v[10]), lm = tonumber(v[11]), d = {}}
   n.exists = n.no ~= nil or n.nc ~= nil
-  n.shell0 = (n.no or 0) == 0 and (n.nc or 0) > 0  -- children, no objects: counted in stats
-  if extra then
-    for i = 1, #extra do n[extra[i]] = v[i + 11] or false end
+  n.existed = n.exists
+  n.nc0 = n.nc or 0
+  n.shell0 = n.exists and (n.no or 0) == 0 and n.nc0 > 0
+  n.leaf_set, n.leaf_score = leaf_score(n.no, n.nc, n.nh, n.ns, n.lm, n.np, n.ps)
+  if fields then
+    for i = 1, #fields do n[fields[i]] = v[11 + i] or false end
   end
-  n.leaf_set, n.leaf_score = leaf_of(n)
-  nodes[key] = n
-  nodes[#nodes + 1] = n
+  REC[key] = n
+  RECS[#RECS + 1] = n
+  return n
+end
+
+-- The record of a node (one HMGET of its counters and `fields`, the object or child
+-- fields the caller will read; a record loaded before gets the fields it lacks, read
+-- unless the node did not exist when loaded: then none of them does).
+local function node(s, hash, fields)
+  local key = s.nbase .. hash
+  local n = REC[key]
+  if n then
+    if fields and (n.whole or not n.existed) then
+      for i = 1, #fields do
+        if n[fields[i]] == nil then n[fields[i]] = false end
+      end
+    elseif fields then
+      local missing = {}
+      for i = 1, #fields do
+        if n[fields[i]] == nil then missing[#missing + 1] = fields[i] end
+      end
+      if #missing > 0 then
+        local v = redis.call('HMGET', key, unpack(missing))
+        for i = 1, #missing do n[missing[i]] = v[i] or false end
+      end
+    end
+    return n
+  end
+  local v
+  if fields then
+    local names = {'p', 'pe', 'nc', 'no', 'np', 'ps', 'psn', 'nh', 'ns', 'b', 'lm'}
+    for i = 1, #fields do names[11 + i] = fields[i] end
+    v = redis.call('HMGET', key, unpack(names))
+  else
+    v = redis.call('HMGET', key, 'p', 'pe', 'nc', 'no', 'np', 'ps', 'psn', 'nh', 'ns', 'b',
+      'lm')
+  end
+  return record(s, hash, key, v, fields)
+end
+
+local COUNTERS = {p = true, pe = true, nc = true, no = true, np = true, ps = true,
+  psn = true, nh = true, ns = true, b = true, lm = true}
+
+-- The record of a node with every field (one HGETALL; eviction takes a node whole):
+-- n.objects lists its object fields. A record loaded before is completed.
+local function whole(s, hash)
+  local key = s.nbase .. hash
+  local all = redis.call('HGETALL', key)
+  local n = REC[key]
+  local objects = {}
+  if n then
+    for i = 1, #all, 2 do
+      local f = all[i]
+      if n[f] == nil and not COUNTERS[f] then n[f] = all[i + 1] end
+      if string.sub(f, 1, 2) == 'o:' and n[f] then objects[#objects + 1] = f end
+    end
+    n.objects, n.whole = objects, true
+    return n
+  end
+  n = {key = key, hash = hash, s = s, d = {}, whole = true}
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if COUNTERS[f] then
+      n[f] = all[i + 1]
+    else
+      n[f] = all[i + 1]
+      if string.sub(f, 1, 2) == 'o:' then objects[#objects + 1] = f end
+    end
+  end
+  local p = n.p
+  if p and string.byte(p, 1) == 63 then n.lb, n.lb0, n.p = string.sub(p, 2), string.sub(p, 2), nil end
+  n.pe, n.nc, n.no, n.np = tonumber(n.pe), tonumber(n.nc), tonumber(n.no), tonumber(n.np)
+  n.ps, n.psn, n.nh, n.ns = tonumber(n.ps), tonumber(n.psn), tonumber(n.nh), tonumber(n.ns)
+  n.b, n.lm = tonumber(n.b), tonumber(n.lm)
+  n.exists = n.no ~= nil or n.nc ~= nil
+  n.existed = n.exists
+  n.nc0 = n.nc or 0
+  n.shell0 = n.exists and (n.no or 0) == 0 and n.nc0 > 0
+  n.leaf_set, n.leaf_score = leaf_score(n.no, n.nc, n.nh, n.ns, n.lm, n.np, n.ps)
+  n.objects = objects
+  REC[key] = n
+  RECS[#RECS + 1] = n
   return n
 end
 
@@ -409,12 +492,12 @@ local function add(n, f, x)
   n.d[f] = true
 end
 
--- Object and child fields: read through the record (prefetched, or one HGET), written
+-- Object and child fields: read through the record (loaded with it, or one HGET), written
 -- back by finish(); false = absent.
 local function field(n, f)
   local v = n[f]
   if v == nil then
-    v = redis.call('HGET', n.key, f) or false
+    v = not n.whole and redis.call('HGET', n.key, f) or false
     n[f] = v
   end
   return v or nil
@@ -428,12 +511,12 @@ end
 local function create(n)
   if not n.exists then
     n.exists = true
-    d_nodes = d_nodes + 1
+    n.s.dn = n.s.dn + 1
   end
 end
 
 -- Every 'o:' field of the node as {suffix, state, size, time, pins, token, reps}, as it is now
--- (fields this script changed but did not write back yet included).
+-- (fields this call changed but did not write yet included).
 local function scan_objects(n)
   local all = redis.call('HGETALL', n.key)
   local values = {}
@@ -455,8 +538,9 @@ end
 -- shard's stats (its bytes: charged()). A removal must come after the object's field
 -- changed (put_field), so a rescan sees the node as it now is.
 local function count_object(n, sign, state, size, t, pins, reps)
+  local s = n.s
   local bytes = charged(size, reps)
-  count_segments(reps, sign, size)
+  count_segments(s, reps, sign, size)
   add(n, 'no', sign)
   add(n, 'b', sign * bytes)
   if pins % 2 == 1 then add(n, 'ns', sign) end
@@ -491,68 +575,248 @@ local function count_object(n, sign, state, size, t, pins, reps)
   elseif t >= (n.lm or 0) then
     n.recompute_lm = true
   end
-  d_used = d_used + sign * bytes
-  d_objects = d_objects + sign
+  s.du = s.du + sign * bytes
+  s.dobj = s.dobj + sign
 end
 
--- An object's event (emit_event) from its node record.
+-- An object's event from its node record.
 local function emit(kind, n, suffix, size, reps, ...)
-  emit_event(kind, n.hash, n.p, suffix, num(size), reps, ...)
+  event(n.s, kind, n.hash, n.p, suffix, num(size), reps, ...)
 end
 
--- Writes back every node touched: an emptied one is deleted (and, if it had a parent, its
--- unlink recorded in the outbox and returned to the client, which runs it in the parent's
--- shard); the leaf index is kept exact; the shard's stats are written once.
-local function finish()
-  local wrote = false
-  for i = 1, #nodes do
-    local n = nodes[i]
-    if n.exists and (n.no or 0) == 0 and (n.nc or 0) == 0 then
-      n.exists = false
-      delete_node(n.key, n.hash, nil, false, n.p, n.pe or 0)  -- index and shells: below
-      wrote = true
-    elseif next(n.d) then
-      if n.recompute_lm then
-        local lm = nil
-        for _, o in ipairs(scan_objects(n)) do
-          if o[2] == 'c' and (not lm or o[4] > lm) then lm = o[4] end
-        end
-        n.lm = lm
-        n.d.lm = true
-      end
-      local put, drop = {}, {}
-      for f in pairs(n.d) do
-        local x = n[f]
-        if f == 'p' then x = n.p or (n.lb and ('?' .. n.lb)) end
-        if x == nil or x == false or x == 0 then
-          drop[#drop + 1] = f
-        else
-          put[#put + 1] = f
-          put[#put + 1] = type(x) == 'number' and num(x) or x
-        end
-      end
-      if #put > 0 then redis.call('HSET', n.key, unpack(put)) end
-      if #drop > 0 then redis.call('HDEL', n.key, unpack(drop)) end
-      wrote = true
-    end
-    local shell = n.exists and (n.no or 0) == 0 and (n.nc or 0) > 0
-    if shell ~= n.shell0 then d_shells = d_shells + (shell and 1 or -1) end
-    local set_, score = leaf_of(n)
-    move_leaf(n.hash, n.leaf_set, n.leaf_score, set_, score)
-    if list_new_leaves and set_ and not n.leaf_set then
-      new_leaves[#new_leaves + 1] = {n.hash, num(score), num(n.b or 0),
-        set_ == SOFT_LEAVES and '1' or '0'}
+-- What deletions leave to the client: unlinks of nodes whose parent is not served here
+-- ({parent, child, epoch}), and nodes that became leaves ({hash, score, bytes, soft}),
+-- each in the order its node was loaded.
+local intents, new_leaves, list_new_leaves = {}, {}, false
+
+-- A fence makes step 2 of any link of this child with an epoch <= it refuse; it is only
+-- needed while such an epoch could still be accepted (within the horizon).
+local function raise_fence(s, hash, epoch)
+  if epoch < now() - EPOCH_HORIZON_MS then return end
+  local fenced = s.fenced
+  if not fenced then
+    fenced = {}
+    s.fenced = fenced
+  end
+  fenced[#fenced + 1] = num(epoch)
+  fenced[#fenced + 1] = hash
+end
+
+-- The field of `child` in the record q (loaded with child_fields(child)), or nil.
+local function child_field_in(q, child)
+  if #child == 64 and q[child] then return child end
+  local f = 'c:' .. child
+  if field(q, f) then return f end
+  return nil
+end
+
+-- The parent's side of the unlink of `child` at `epoch` (a node deleted in this call, or
+-- an intent the client sends): the child field goes if it still holds the epoch (a writer
+-- that re-linked the child meanwhile wrote a newer one). Returns 1 if it went, else 0.
+local function unlink_from(q, child, epoch)
+  local f = child_field_in(q, child)
+  local current = f and q[f]
+  if not q.exists or q.dead or not current or tonumber(current) ~= epoch then return 0 end
+  put_field(q, f, false)
+  add(q, 'nc', -1)
+  return 1
+end
+
+-- The unlink of the deleted node n from its parent: in this call when the parent is
+-- served here (returns the parent's record), else recorded in the outbox and returned to
+-- the client, which runs it where the parent lives (returns nil). A fence at the child's
+-- epoch refuses a late step 2 of the link (it would name a parent that no longer lists
+-- it): needed on a cluster, and wherever the unlink waits for another call.
+local function unlink_parent(n)
+  local epoch = n.pe or 0
+  local tag = tag_of(n.p)
+  if is_local(tag) then
+    local q = node(shard(tag), n.p, child_fields(n.hash))
+    if q.exists then  -- found where its hash says: its shard was no guess
+      if CLUSTER then raise_fence(n.s, n.hash, epoch) end
+      unlink_from(q, n.hash, epoch)
+      return q
     end
   end
-  write_deaths()
-  write_stats(wrote)
+  raise_fence(n.s, n.hash, epoch)
+  local s = n.s
+  local outbox = s.outbox
+  if not outbox then
+    outbox = {}
+    s.outbox = outbox
+  end
+  local epoch_s = num(epoch)
+  outbox[#outbox + 1] = now()
+  outbox[#outbox + 1] = n.hash .. '|' .. n.p .. '|' .. epoch_s
+  intents[#intents + 1] = {n.p, n.hash, epoch_s}
+  return nil
+end
+
+local function is_empty(n)
+  return n.exists and not n.dead and (n.no or 0) == 0 and (n.nc or 0) == 0
+end
+
+-- Deletes n, left with no objects and no children, in finish(), and unlinks it from its
+-- parent; a parent served here and left empty by that goes the same way (the cascade,
+-- upward, in this call). on_parent(q), if given, sees each parent served here that the
+-- cascade did not empty; it returns true once it emptied it (evict: a parent left a leaf
+-- that may go too), and the cascade goes on from there.
+local function die(n, on_parent)
+  while n do
+    n.dead = true
+    n.exists = false
+    local s = n.s
+    if n.existed then
+      s.dn = s.dn - 1
+      if n.shell0 then s.dsh = s.dsh - 1 end
+    end
+    local q = n.p and unlink_parent(n)
+    if q and not is_empty(q) and not (on_parent and not q.dead and on_parent(q)) then
+      q = nil
+    end
+    n = q
+  end
+end
+
+-- Settles every record (a node left with no objects and no children dies, with its
+-- cascade), then writes them: each node once (DEL, or one HSET and an HDEL for fields
+-- that go), the leaf indexes, fences and outbox, stats and events once per shard.
+-- Every read happens before the first write.
+local function finish()
+  local i = 1
+  while i <= #RECS do
+    local n = RECS[i]
+    if is_empty(n) then die(n) end
+    i = i + 1
+  end
+  for _, n in ipairs(RECS) do
+    local s = n.s
+    if n.dead then
+      if n.existed then
+        local gone = s.gone
+        if gone then gone[#gone + 1] = n.key else s.gone = {n.key} end
+        s.wrote = true
+      end
+      move_leaf(s, n.hash, n.leaf_set, n.leaf_score, nil, nil)
+    else
+      if next(n.d) then
+        if n.recompute_lm then
+          local lm = nil
+          for _, o in ipairs(scan_objects(n)) do
+            if o[2] == 'c' and (not lm or o[4] > lm) then lm = o[4] end
+          end
+          n.lm = lm
+          n.d.lm = true
+        end
+        local put, drop = {}, {}
+        for f in pairs(n.d) do
+          local x = n[f]
+          if f == 'p' then x = n.p or (n.lb and ('?' .. n.lb)) end
+          if x == nil or x == false or x == 0 then
+            drop[#drop + 1] = f
+          else
+            put[#put + 1] = f
+            put[#put + 1] = type(x) == 'number' and num(x) or x
+          end
+        end
+        if #put > 0 then redis.call('HSET', n.key, unpack(put)) end
+        if #drop > 0 then redis.call('HDEL', n.key, unpack(drop)) end
+        s.wrote = true
+      end
+      local shell = n.exists and (n.no or 0) == 0 and (n.nc or 0) > 0
+      if shell ~= n.shell0 then s.dsh = s.dsh + (shell and 1 or -1) end
+      local set_, score = leaf_score(n.no, n.nc, n.nh, n.ns, n.lm, n.np, n.ps)
+      move_leaf(s, n.hash, n.leaf_set, n.leaf_score, set_, score)
+      if list_new_leaves and set_ and not n.leaf_set then
+        new_leaves[#new_leaves + 1] = {n.hash, num(score), num(n.b or 0),
+          set_ == 2 and '1' or '0'}
+      end
+    end
+  end
+  for _, s in ipairs(SHARDS) do
+    if s.gone then in_slices('DEL', nil, s.gone) end
+    write_leaves(s)
+    if s.outbox then in_slices('ZADD', s.base .. 'outbox', s.outbox) end
+    if s.pending then in_slices('ZADD', s.base .. 'pending', s.pending) end
+    if s.unpend then in_slices('ZREM', s.base .. 'pending', s.unpend) end
+    if s.fenced then
+      read_stats(s)
+      if s.fences + s.dfe > 0 then
+        s.dfe = s.dfe - redis.call('ZREMRANGEBYSCORE', s.base .. 'fences', '-inf',
+          '(' .. num(now() - EPOCH_HORIZON_MS))
+      end
+      s.dfe = s.dfe + in_slices('ZADD', s.base .. 'fences', s.fenced, 'GT')
+    end
+    write_stats(s)
+    write_events(s)
+  end
+end
+
+-- Flattens intents ({parent, child, epoch} ...) or new leaves for the reply.
+local function flat(list, width)
+  local out = {}
+  for _, t in ipairs(list) do
+    for j = 1, width do out[#out + 1] = t[j] end
+  end
+  return out
 end
 
 -- @part links: needs nodes
 
--- Step 2 of a link, for the node n that is to name `parent` (see docs/ARCHITECTURE.md):
--- returns 'same' | 'new' | '' (no parent given), or nil and a refusal.
-local function check_parent(n, parent, epoch, checked, batch)
+-- A link within this node (child and parent both served here) is written in one step:
+-- the parent lists the child (in its field f) and the child names the parent at one epoch
+-- m, higher than any fence of the child (a deleter's late unlink at an older epoch is
+-- then a no-op) and no lower than the epoch the parent lists the child at already.
+local function local_epoch(n, q, f, epoch)
+  local m = epoch
+  local fence = fence_of(n.s, n.hash)
+  if fence and fence + 1 > m then m = fence + 1 end
+  local listed = q[f] and tonumber(q[f])
+  if listed and listed > m then m = listed end
+  return m
+end
+
+-- Whether linking n under the parent p_hash would make n its own ancestor, walking up
+-- from the parent through this call's records and the nodes served here: true (a cycle),
+-- false (a root reached: a node without parent, or a digest no node has), or nil (the walk
+-- met a node not served here, or one whose shard only the client can compute: the client
+-- walks instead, and the link is left for the resolver's own walk).
+local function closes_cycle(n, p_hash, max_depth)
+  local cursor, seen = p_hash, 0
+  while cursor do
+    if cursor == n.hash then return true end
+    seen = seen + 1
+    if seen > max_depth then return true end  -- deeper than configured: as the walks say
+    local tag = tag_of(cursor)
+    if not is_local(tag) then return nil end
+    local s = shard(tag)
+    local r = REC[s.nbase .. cursor]
+    local parent
+    local found
+    if r then
+      found, parent = r.exists, r.p
+    else
+      local v = redis.call('HMGET', s.nbase .. cursor, 'p', 'no', 'nc')
+      found, parent = v[2] or v[3], v[1]
+      if parent and string.byte(parent, 1) == 63 then parent = nil end
+    end
+    if not found then  -- no such node there: none at all, if its shard was no guess
+      if is_digest(cursor) then return false end
+      return nil
+    end
+    cursor = parent or nil
+  end
+  return false
+end
+
+-- Step 2 of a link, for the node n that is to name `parent` (docs/ARCHITECTURE.md):
+-- returns 'same' | 'new' | 'walked' | '' (no parent given), or nil and a refusal. `here`:
+-- the parent is served here, so the link is written in this call, both sides, and a node
+-- with children is walked up from the parent here ('walked': no cycle); where that walk
+-- meets a node it cannot follow, the client walks (CYCLE_CHECK, sent again checked).
+-- Else its step 1 ran before at `epoch`, and a fence, a stale epoch or a node with
+-- children the client has not walked for refuse.
+local function check_parent(n, parent, epoch, checked, batch, here, max_depth)
   if parent == '' then return '' end
   if n.p then
     if n.p ~= parent then
@@ -561,36 +825,74 @@ local function check_parent(n, parent, epoch, checked, batch)
     end
     return 'same'
   end
-  if epoch < now() - EPOCH_HORIZON_MS then
-    return nil, fail('STALE_EPOCH', num(epoch))
+  -- children from before this batch: only through them can a cycle close
+  local children = n.exists and n.nc0 > 0 and n.lb0 ~= batch
+  if here then
+    if children and checked == '0' then
+      local cycle = closes_cycle(n, parent, max_depth)
+      if cycle then
+        return nil, fail('CYCLE', 'linking node ' .. n.hash .. ' under ' .. parent ..
+          ' would make it its own ancestor')
+      end
+      if cycle == false then return 'walked' end
+      return nil, fail('CYCLE_CHECK', 'node ' .. n.hash .. ' has children')
+    end
+  else
+    if epoch < now() - EPOCH_HORIZON_MS then
+      return nil, fail('STALE_EPOCH', num(epoch))
+    end
+    local fence = fence_of(n.s, n.hash)
+    if fence and fence >= epoch then return nil, fail('FENCED', num(fence)) end
   end
-  local fence = fence_of(n.hash)
-  if fence and fence >= epoch then return nil, fail('FENCED', num(fence)) end
-  if n.exists and (n.nc or 0) > 0 and n.lb0 ~= batch and not walk_holds(checked) then
+  if children and not walk_holds(n.s, checked) then
     return nil, fail('CYCLE_CHECK', 'node ' .. n.hash .. ' has children')
   end
   return 'new'
 end
 
 -- Applies a checked link and says how safe it is: 'L' (the client may confirm it: the
--- link existed already, or the node had no children but this batch's, so no cycle can
--- close through it), 'C' (a new link into a node with children from elsewhere: left
--- pending for the resolver to confirm after its walk up for a cycle), '' (no parent).
--- Any write of a node ends its shell's batch marker.
-local function apply_parent(n, parent, epoch, how, batch)
+-- link existed already, no cycle can close through it, or it was walked here), 'C' (a new
+-- link into a node with children from before this batch that the client walked: left
+-- pending for the resolver to confirm after its own walk), '' (no parent).
+-- A link written here whole (`q`: the parent's record; f: the child's field there) lists
+-- the child in the parent at the same epoch, with no pending entry unless it is left for
+-- the resolver; any write of a node ends its shell's batch marker.
+local function apply_parent(n, parent, epoch, how, batch, q, f)
   if n.lb then
     n.lb = nil
     n.d.p = true
   end
   if how == '' then return '' end
   local flag = 'L'
-  if how == 'new' then
-    if (n.nc or 0) > 0 then d_links = d_links + 1 end
-    if (n.nc or 0) > 0 and n.lb0 ~= batch then flag = 'C' end
+  if how == 'new' or how == 'walked' then
+    if (n.nc or 0) > 0 then n.s.dlk = n.s.dlk + 1 end
+    if how == 'new' and n.exists and n.nc0 > 0 and n.lb0 ~= batch then flag = 'C' end
+    if q then epoch = local_epoch(n, q, f, epoch) end
     set(n, 'p', parent)
     set(n, 'pe', epoch)
-  elseif epoch > (n.pe or 0) then
+  elseif epoch > (n.pe or 0) and not q then
     set(n, 'pe', epoch)
+  end
+  if q then
+    local listed = q[f] and tonumber(q[f])
+    local pe = n.pe or epoch
+    if not listed or listed < pe then
+      if not listed then
+        create(q)
+        add(q, 'nc', 1)
+      end
+      put_field(q, f, num(pe))
+    end
+    if flag == 'C' then  -- the resolver's walk confirms it, as a link of two steps
+      local ps = q.s
+      local pending = ps.pending
+      if not pending then
+        pending = {}
+        ps.pending = pending
+      end
+      pending[#pending + 1] = num(now())
+      pending[#pending + 1] = parent .. '|' .. n.hash .. '|' .. num(pe)
+    end
   end
   return flag
 end

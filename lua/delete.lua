@@ -1,29 +1,21 @@
-#!lua flags=allow-oom
--- delete: remove objects of one shard (remove, put_revoke, forced removal), each announced
--- on the events stream. A node left with no objects and no children is deleted in the same
--- script; its unlink from its parent is recorded (outbox) and returned for the caller to
--- run in the parent's shard.
--- uses: events leaves objects deaths
--- KEYS: 1-7 the shard's keys, then the nodes
--- ARGV: 1-3 header (_lib.lua), 4 mode: 'remove' (complete and not leased), 'revoke'
---       (processing, by its own writer), 'reclaim' (processing, started at least the
---       release timeout ago, by any writer: the monitor's sweep), 'force' (anything), then
---       4 per item: node key index, node hash, key suffix, writer token
+#!lua flags=allow-oom,allow-cross-slot-keys
+-- delete: remove objects of the shards one Redis node serves (remove, put_revoke, the
+-- monitor's reclaim, forced removal), announced on the events streams. A node left with no
+-- objects and no children is deleted in the same call and unlinked from its parent: here
+-- when the parent is served by this node too (and so on upward, a parent left empty going
+-- the same way), else recorded (outbox) and returned for the client to run where the
+-- parent lives.
+-- uses: nodes
+-- KEYS: none, or one key of a shard of the call (on Redis Cluster, for routing)
+-- ARGV: 1 JSON: 1-7 header (_lib.lua), 8 mode: 'remove' (complete and not leased),
+--       'revoke' (processing, by its own writer), 'reclaim' (processing, started at least
+--       the release timeout ago, by any writer), 'force' (anything), then 4 per item:
+--       shard tag, node hash, key suffix, writer token
 -- Returns: {one per item: 'OK' or NOT_FOUND, LEASED, INVALID_STATE;
 --           intents: parent, child, epoch, ...}
---
--- Lean by design (docs/ARCHITECTURE.md, "Scripts"): the items of one node that come one
--- after another (a page's keys) are a run: one HMGET of the node's counters and the run's
--- objects, then one HSET/HDEL of what changed, or, for a node left empty, its DEL, index
--- entry, fence and outbox entry, collected and written once per call. A node met again
--- after other nodes' items is read again (its earlier run is written back); one deleted
--- in this call has no object left to find.
-local mode = ARGV[4]
+local mode = A[8]
 local kind = (mode == 'revoke' or mode == 'reclaim') and 'revoked' or 'removed'
--- HMGET arguments: the counters, then the fields of the run's objects (12 on)
-local fields = {'p', 'pe', 'nc', 'no', 'np', 'ps', 'psn', 'nh', 'ns', 'b', 'lm'}
-local results, rank = {}, {}  -- rank: node hash -> the run that first named it
-local runs, interleaved, wrote = 0, false, false
+local results = {}
 
 -- Why the object of key hash .. suffix (its value unpacked) may not go in this mode, or
 -- nil (the key is only spelled out for a refusal).
@@ -53,142 +45,103 @@ local function refusal(hash, suffix, state, t, owner, token)
   return nil
 end
 
--- The node's remaining objects, the run's deleted ones (v[12 + i] == true) left out: the
--- latest start of the processing ones and how many share it, the latest time of the
--- complete ones.
-local function rescan(key, k, v)
-  local skip = {}
-  for i = 1, k do
-    if v[11 + i] == true then skip[fields[11 + i]] = true end
-  end
-  local all = redis.call('HGETALL', key)
-  local ps, psn, lm = nil, nil, nil
-  for i = 1, #all, 2 do
-    local f = all[i]
-    if string.sub(f, 1, 2) == 'o:' and not skip[f] then
-      local state, _, t = unpack_object(all[i + 1])
-      if state == 'p' then
-        if not ps or t > ps then ps, psn = t, 1 elseif t == ps then psn = psn + 1 end
-      elseif state == 'c' and (not lm or t > lm) then
-        lm = t
-      end
-    end
-  end
-  return ps, psn, lm
-end
+-- A run (the items of one node that come one after another: a page's keys) that takes
+-- every object of a node without children is the common case, done lean: the node is
+-- read with one HMGET and deleted whole, without a record (its parent's unlink goes
+-- through the library as any). Any other run goes through the node records.
+local gone_here = {}  -- node keys deleted lean: named again later, they hold nothing
 
--- A counter the run changed (touched), as HSET (put) or HDEL (drop) arguments.
-local function write(put, drop, f, x, touched)
-  if not touched then return end
-  if x == nil or x == 0 then
-    drop[#drop + 1] = f
+local function lean_run(s, hash, key, a, stop, names)
+  local k = (stop - a) / 4
+  local v
+  if k == 2 then
+    v = redis.call('HMGET', key, 'p', 'pe', 'nc', 'no', 'np', 'ps', 'psn', 'nh', 'ns', 'b',
+      'lm', names[1], names[2])
   else
-    put[#put + 1] = f
-    put[#put + 1] = num(x)
+    v = redis.call('HMGET', key, 'p', 'pe', 'nc', 'no', 'np', 'ps', 'psn', 'nh', 'ns', 'b',
+      'lm', unpack(names))
   end
-end
-
--- The run of items at ARGV[first], ARGV[first + 4], ... ARGV[last] (one node).
-local function delete_run(first, last)
-  local key, hash = KEYS[tonumber(ARGV[first])], ARGV[first + 1]
-  runs = runs + 1
-  if rank[hash] then interleaved = true else rank[hash] = runs end
-  if dead[key] then
-    for a = first, last, 4 do
-      results[#results + 1] = fail('NOT_FOUND', 'no object ' .. hash .. ARGV[a + 2])
+  if v[3] or tonumber(v[4]) ~= k then return v end  -- children, or objects not named: general
+  local unpacked = {}
+  for i = 1, k do
+    local value = v[11 + i]
+    if not value then return v end
+    local state, size, t, pins, owner, reps = unpack_object(value)
+    if not state or refusal(hash, A[a + 4 * i - 2], state, t, owner, A[a + 4 * i - 1]) then
+      return v
     end
-    return
+    unpacked[i] = {size, reps}
   end
-  local k = 0
-  for a = first, last, 4 do
-    k = k + 1
-    fields[11 + k] = 'o:' .. ARGV[a + 2]
-  end
-  local v = redis.call('HMGET', key, unpack(fields, 1, 11 + k))
   local p = v[1]
   if p and string.byte(p, 1) == 63 then p = nil end  -- '?': a shell's batch marker
-  local pe, nc, no0, np0 = tonumber(v[2]), tonumber(v[3]), tonumber(v[4]), tonumber(v[5])
-  local ps0, psn0, nh0, ns0 = tonumber(v[6]), tonumber(v[7]), tonumber(v[8]), tonumber(v[9])
-  local b0, lm0 = tonumber(v[10]), tonumber(v[11])
-  local exists = no0 ~= nil or nc ~= nil
-  local no, np, ps, psn, nh, ns, b, lm = no0, np0, ps0, psn0, nh0, ns0, b0, lm0
-  local took, touch_ns, touch_nh, touch_np, touch_ps, touch_psn = false, false, false, false,
-    false, false
-  local rescan_ps, rescan_lm = false, false
-  local i = 0
-  for a = first, last, 4 do
-    i = i + 1
-    local suffix, value = ARGV[a + 2], v[11 + i]
+  for i = 1, k do
+    local size, reps = unpacked[i][1], unpacked[i][2]
+    if reps ~= '' then count_segments(s, reps, -1, size) end
+    event(s, kind, hash, p, A[a + 4 * i - 2], num(size), reps)
+    results[#results + 1] = 'OK'
+  end
+  s.du, s.dobj = s.du - (tonumber(v[10]) or 0), s.dobj - k
+  move_leaf(s, hash, leaf_score(k, nil, tonumber(v[8]), tonumber(v[9]), tonumber(v[11]),
+    tonumber(v[5]), tonumber(v[6])))
+  local gone = s.gone
+  if gone then gone[#gone + 1] = key else s.gone = {key} end
+  s.wrote = true
+  gone_here[key] = true
+  die({key = key, hash = hash, s = s, p = p, pe = tonumber(v[2]), existed = true,
+    exists = true, shell0 = false})
+  return nil
+end
+
+-- A run through the node record: each object removed on its own; finish() deletes the node
+-- if that left it empty.
+local function general_run(n, a, stop)
+  local hash = n.hash
+  for b = a, stop - 1, 4 do
+    local suffix = A[b + 2]
+    local value = n['o:' .. suffix]
     if not value then
       results[#results + 1] = fail('NOT_FOUND', 'no object ' .. hash .. suffix)
     else
       local state, size, t, pins, owner, reps = unpack_object(value)
-      local why = refusal(hash, suffix, state, t, owner, ARGV[a + 3])
+      local why = refusal(hash, suffix, state, t, owner, A[b + 3])
       if why then
         results[#results + 1] = why
       else
-        v[11 + i] = true
-        for j = i + 1, k do  -- the same object named again in the run: gone by then
-          if fields[11 + j] == fields[11 + i] then v[11 + j] = false end
+        put_field(n, 'o:' .. suffix, false)
+        if state then  -- a value no script wrote goes unannounced (fsck's object_value)
+          count_object(n, -1, state, size, t, pins, reps)
+          emit(kind, n, suffix, size, reps)
         end
-        took = true
-        local bytes = charged(size, reps)
-        count_segments(reps, -1, size)
-        no, b = (no or 0) - 1, (b or 0) - bytes
-        if pins % 2 == 1 then ns, touch_ns = (ns or 0) - 1, true end
-        if pins >= 2 then nh, touch_nh = (nh or 0) - 1, true end
-        if state == 'p' then
-          np, touch_np = (np or 0) - 1, true
-          if np == 0 then
-            ps, psn, touch_ps, touch_psn, rescan_ps = nil, nil, true, true, false
-          elseif t == ps then
-            psn, touch_psn = (psn or 0) - 1, true
-            if psn <= 0 then rescan_ps = true end  -- the latest starter is gone
-          end
-        elseif t >= (lm or 0) then
-          rescan_lm = true
-        end
-        d_used, d_objects = d_used - bytes, d_objects - 1
-        emit_event(kind, hash, p, suffix, num(size), reps)
         results[#results + 1] = 'OK'
       end
     end
   end
-  if not took then return end
-  wrote = true
-  local shell0 = (no0 or 0) == 0 and (nc or 0) > 0
-  local set0, score0 = nil, nil
-  if exists then set0, score0 = leaf_score(no0, nc, nh0, ns0, lm0, np0, ps0) end
-  if exists and no == 0 and (nc or 0) == 0 then
-    delete_node(key, hash, set0, shell0, p, pe or 0)
-    return
-  end
-  if rescan_ps or rescan_lm then
-    local next_ps, next_psn, next_lm = rescan(key, k, v)
-    if rescan_ps then ps, psn, touch_ps, touch_psn = next_ps, next_psn, true, true end
-    if rescan_lm then lm = next_lm end
-  end
-  local put, drop = {}, {}
-  for j = 1, k do
-    if v[11 + j] == true then drop[#drop + 1] = fields[11 + j] end
-  end
-  write(put, drop, 'no', no, true)
-  write(put, drop, 'b', b, true)
-  write(put, drop, 'ns', ns, touch_ns)
-  write(put, drop, 'nh', nh, touch_nh)
-  write(put, drop, 'np', np, touch_np)
-  write(put, drop, 'ps', ps, touch_ps)
-  write(put, drop, 'psn', psn, touch_psn)
-  write(put, drop, 'lm', lm, rescan_lm)
-  if #put > 0 then redis.call('HSET', key, unpack(put)) end
-  if #drop > 0 then redis.call('HDEL', key, unpack(drop)) end
-  local shell = exists and (no or 0) == 0 and (nc or 0) > 0
-  if shell ~= shell0 then d_shells = d_shells + (shell and 1 or -1) end
-  if exists then move_leaf(hash, set0, score0, leaf_score(no, nc, nh, ns, lm, np, ps)) end
 end
 
-each_run(5, 4, delete_run)
-write_deaths()
-write_stats(wrote)
-if interleaved then in_first_order(intents, rank, 2) end
-return {results, flat(intents)}
+local a, last = 9, #A
+while a <= last do
+  local tag, hash = A[a], A[a + 1]
+  local stop = a + 4
+  while stop <= last and A[stop + 1] == hash and A[stop] == tag do stop = stop + 4 end
+  local s = shard(tag)
+  local key = s.nbase .. hash
+  local names = {}
+  for b = a, stop - 1, 4 do names[#names + 1] = 'o:' .. A[b + 2] end
+  if gone_here[key] and not REC[key] then  -- deleted (lean) earlier in this call
+    for b = a, stop - 1, 4 do
+      results[#results + 1] = fail('NOT_FOUND', 'no object ' .. hash .. A[b + 2])
+    end
+  else
+    local v, done = nil, false
+    if not REC[key] then
+      v = lean_run(s, hash, key, a, stop, names)
+      done = v == nil
+    end
+    if not done then
+      general_run(v and record(s, hash, key, v, names) or node(s, hash, names), a, stop)
+    end
+  end
+  a = stop
+end
+finish()
+return {results, flat(intents, 3)}

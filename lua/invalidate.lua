@@ -1,17 +1,17 @@
-#!lua flags=allow-oom
--- invalidate: an unmount's sweep over nodes of one shard. Every replica on the segment is
+#!lua flags=allow-oom,allow-cross-slot-keys
+-- invalidate: an unmount's sweep over nodes of the shards one Redis node serves. Every replica on the segment is
 -- dropped from its object; an object left without replicas is deleted; each object
 -- touched is announced ('invalidated', with the replicas it still has, `left` of them). A
 -- node left empty is deleted and its unlink recorded and returned, as delete does. The
 -- event names the replicas dropped (`dropped`) and those left (`replicas`).
 -- Objects stored without replicas are not touched.
 -- uses: nodes
--- KEYS: 1-7 the shard's keys, then the nodes
--- ARGV: 1-3 header (_lib.lua), 4 segment (escaped), then 2 per item: node key index,
+-- KEYS: none, or one key of a shard of the call (on Redis Cluster, for routing)
+-- ARGV: 1 JSON: 1-7 header (_lib.lua), 8 segment (escaped), then 2 per item: shard tag,
 --       node hash
 -- Returns: {one per item: '<objects touched>:<objects deleted>:<bytes freed>';
 --           intents: parent, child, epoch, ...}
-local segment = ARGV[4]
+local segment = A[8]
 local on_segment = '|' .. segment .. ','
 
 -- The replicas of reps that are not on the segment, and those that are.
@@ -45,9 +45,9 @@ local function sweep(n)
         put_field(n, 'o:' .. suffix, pack_object(state, size, t, pins, token, left))
         local delta = charged(size, left) - charged(size, reps)
         add(n, 'b', delta)
-        d_used = d_used + delta
-        count_segments(reps, -1, size)
-        count_segments(left, 1, size)
+        n.s.du = n.s.du + delta
+        count_segments(n.s, reps, -1, size)
+        count_segments(n.s, left, 1, size)
       end
       local _, count = string.gsub(left, '|', '')
       emit('invalidated', n, suffix, size, left, 'segment', segment, 'left', num(count),
@@ -58,8 +58,8 @@ local function sweep(n)
 end
 
 local results = {}
-for a = 5, #ARGV, 2 do
-  results[#results + 1] = sweep(node(KEYS[tonumber(ARGV[a])], ARGV[a + 1]))
+for a = 9, #A, 2 do
+  results[#results + 1] = sweep(node(shard(A[a]), A[a + 1]))
 end
 finish()
-return {results, flat(intents)}
+return {results, flat(intents, 3)}

@@ -1,10 +1,11 @@
-#!lua flags=allow-oom
--- put_end: complete processing objects of one shard. Each one's lease starts now, so objects
--- nobody reads are evicted oldest first; a 'stored' event announces it.
+#!lua flags=allow-oom,allow-cross-slot-keys
+-- put_end: complete processing objects of the shards one Redis node serves. Each one's
+-- lease starts now, so objects nobody reads are evicted oldest first; a 'stored' event
+-- announces it (one entry per shard for the call).
 -- uses: events leaves
--- KEYS: 1-7 the shard's keys, then the nodes
--- ARGV: 1-3 header (_lib.lua), 4 writer token, then per node: node key index, node hash,
---       count k, and k key suffixes (each once)
+-- KEYS: none, or one key of a shard of the call (on Redis Cluster, for routing)
+-- ARGV: 1 JSON: 1-7 header (_lib.lua), 8 writer token, then per node: shard tag, node
+--       hash, count k, and k key suffixes (each once)
 -- Returns: one per suffix, in order: 'OK' (also when it was complete already: a re-send),
 --          or NOT_FOUND, INVALID_STATE (another writer's object)
 --
@@ -12,8 +13,8 @@
 -- its objects, one HSET (and an HDEL of the processing counters once none is left), the
 -- leaf index only when the score moves; per object a string match and a concatenation. A
 -- completion moves no bytes and no object count: only np, ps/psn and lm change, so it
--- leaves the stats' `writes` alone (nothing fsck's recount counts moves).
-local token = ARGV[4]
+-- leaves the stats alone (nothing fsck's recount counts moves).
+local token = A[8]
 local owned = #token + 2  -- a value's tail starts '<pins>,<token>'
 local NOW = now()
 local now_s = num(NOW)
@@ -46,13 +47,17 @@ local function latest_start(key, changed)
   return ps, psn
 end
 
-local a = 5
-while a <= #ARGV do
-  local key, hash, k = KEYS[tonumber(ARGV[a])], ARGV[a + 1], tonumber(ARGV[a + 2])
+-- Reads every node first (on a cluster nothing is written before every key was touched),
+-- then writes.
+local writes = {}
+local a = 9
+while a <= #A do
+  local s, hash, k = shard(A[a]), A[a + 1], A[a + 2]
   local first = a + 3
   a = first + k
+  local key = s.nbase .. hash
   local names, v = {}, nil
-  for i = 1, k do names[i] = 'o:' .. ARGV[first + i - 1] end
+  for i = 1, k do names[i] = 'o:' .. A[first + i - 1] end
   if k == 2 then
     v = redis.call('HMGET', key, 'p', 'nc', 'no', 'np', 'ps', 'psn', 'nh', 'ns', 'lm',
       names[1], names[2])
@@ -66,14 +71,12 @@ while a <= #ARGV do
   -- a node with children (nc is only stored above 0) is no leaf, before or after
   local leaf = not v[2]
   local no, nh, ns, lm = tonumber(v[3]), tonumber(v[7]), tonumber(v[8]), tonumber(v[9]) or 0
-  local set0, score0
-  if leaf then set0, score0 = leaf_score(no, nil, nh, ns, lm, np, tonumber(ps)) end
   local put, at, latest = nil, 0, 0
   for i = 1, k do
     local value = v[9 + i]
     local result = 'OK'
     if not value then
-      result = missing(hash, ARGV[first + i - 1])
+      result = missing(hash, A[first + i - 1])
     else
       -- '1<state>,<size>,<time>,<pins>,<token><replicas>': cut at its commas, no pattern
       local c2 = string.find(value, ',', 4, true)
@@ -82,7 +85,7 @@ while a <= #ARGV do
       local after = last and string.byte(value, last + 1)
       if not last or string.byte(value, c3 + 2) ~= 44 or string.sub(value, c3 + 3, last) ~= token
           or (after and after ~= 124) then
-        result = foreign(hash, ARGV[first + i - 1], value)
+        result = foreign(hash, A[first + i - 1], value)
       elseif string.byte(value, 2) == 112 then  -- 'p': processing
         put = put or {}
         put[at + 1] = names[i]
@@ -95,7 +98,7 @@ while a <= #ARGV do
           latest = latest + 1  -- one fewer object started at ps
         end
         if EVENTS_CAP > 0 then
-          emit_event('stored', hash, parent, ARGV[first + i - 1], string.sub(value, 4, c2 - 1),
+          event(s, 'stored', hash, parent, A[first + i - 1], string.sub(value, 4, c2 - 1),
             after and string.sub(value, last + 1) or '')
         end
       end
@@ -119,12 +122,22 @@ while a <= #ARGV do
       end
     end
     if NOW > lm then
-      lm = NOW
       put[at + 1] = 'lm'; put[at + 2] = now_s
     end
-    redis.call('HSET', key, unpack(put))
-    if np == 0 then redis.call('HDEL', key, 'np', 'ps', 'psn') end
-    if leaf then move_leaf(hash, set0, score0, leaf_score(no, nil, nh, ns, lm, np, start)) end
+    writes[#writes + 1] = {key, put, np == 0}
+    if leaf then
+      local set0, score0 = leaf_score(no, nil, nh, ns, lm, tonumber(v[4]), tonumber(v[5]))
+      move_leaf(s, hash, set0, score0,
+        leaf_score(no, nil, nh, ns, NOW > lm and NOW or lm, np, start))
+    end
   end
+end
+for _, w in ipairs(writes) do
+  redis.call('HSET', w[1], unpack(w[2]))
+  if w[3] then redis.call('HDEL', w[1], 'np', 'ps', 'psn') end
+end
+for _, s in ipairs(SHARDS) do
+  write_leaves(s)
+  write_events(s)
 end
 return results

@@ -1,4 +1,4 @@
-#!lua flags=allow-oom
+#!lua flags=allow-oom,allow-cross-slot-keys
 -- recount_shard: fsck --repair for a shard's stats: used_bytes, objects and nodes summed
 -- from the nodes themselves, fences counted, and leaf index entries of nodes that no
 -- longer exist dropped.
@@ -6,19 +6,21 @@
 -- saw before scanning; if any write script ran since, the list may be stale: nothing is
 -- changed and the caller scans again.
 -- uses: objects
--- KEYS: 1-7 the shard's keys, then every node of the shard
--- ARGV: 1-3 header (_lib.lua), 4 the write counter seen before the scan, then one node hash
---       per node key
+-- KEYS: none, or one key of the shard (on Redis Cluster, for routing)
+-- ARGV: 1 JSON: 1-7 header (_lib.lua), 8 the shard's tag, 9 the write counter seen before
+--       the scan, then 1 per item: node hash (every node of the shard)
 -- Returns: {'recounted', used_bytes, objects, nodes, stale leaf entries dropped} or
 --          {'changed'}
 -- The bytes per segment (su:<segment>) and the shells (nodes with children and no
 -- objects) are recounted too.
-if (redis.call('HGET', STATS, 'writes') or '0') ~= ARGV[4] then return {'changed'} end
+local s = shard(A[8])
+local STATS = s.stats
+if (redis.call('HGET', STATS, 'writes') or '0') ~= A[9] then return {'changed'} end
 local used, objects, present, shells = 0, 0, {}, 0
-for i = 8, #KEYS do
-  local all = redis.call('HGETALL', KEYS[i])
+for a = 10, #A do
+  local all = redis.call('HGETALL', s.nbase .. A[a])
   if #all > 0 then
-    present[ARGV[i - 3]] = true
+    present[A[a]] = true
     local own, children = 0, 0
     for j = 1, #all, 2 do
       if is_child_field(all[j]) then children = children + 1 end
@@ -28,25 +30,26 @@ for i = 8, #KEYS do
         if state then
           used = used + charged(size, reps)
           objects = objects + 1
-          count_segments(reps, 1, size)
+          count_segments(s, reps, 1, size)
         end
       end
     end
     if own == 0 and children > 0 then shells = shells + 1 end
   end
 end
+local seg_bytes = s.seg or {}
 local stats = redis.call('HKEYS', STATS)
 for _, f in ipairs(stats) do
-  if string.sub(f, 1, 3) == 'su:' and not seg_delta[string.sub(f, 4)] then
+  if string.sub(f, 1, 3) == 'su:' and not seg_bytes[string.sub(f, 4)] then
     redis.call('HDEL', STATS, f)
   end
 end
-for segment, bytes in pairs(seg_delta) do
+for segment, bytes in pairs(seg_bytes) do
   redis.call('HSET', STATS, 'su:' .. segment, num(bytes))
 end
 local nodes, dropped = 0, 0
 for _ in pairs(present) do nodes = nodes + 1 end
-for _, index in ipairs({LEAVES, SOFT_LEAVES}) do
+for _, index in ipairs({s.base .. 'leaves', s.base .. 'soft_leaves'}) do
   for _, member in ipairs(redis.call('ZRANGE', index, 0, -1)) do
     if not present[member] then
       redis.call('ZREM', index, member)
@@ -54,7 +57,7 @@ for _, index in ipairs({LEAVES, SOFT_LEAVES}) do
     end
   end
 end
-local fences = redis.call('ZCARD', FENCES)
+local fences = redis.call('ZCARD', s.base .. 'fences')
 redis.call('HSET', STATS, 'used_bytes', num(used), 'objects', num(objects), 'nodes', num(nodes),
   'fences', fences, 'shells', num(shells))
 return {'recounted', num(used), num(objects), num(nodes), dropped}

@@ -21,7 +21,7 @@ from .errors import ConfigurationError, InvalidArgument, StoreFull
 from .executor import KEYLESS_COMMANDS, Batch, Executor, Policy, raise_first_error
 from .keys import KeySchema
 from .prefix import LEGACY_SHARD_COUNT, NEW_SHARD_COUNT, extractor_named, split_key
-from .scripts import Scripts, ShardCall, ShardCalls
+from .scripts import NodeCall, NodeCalls, Scripts
 from .segment_registry import Segment, parse_registry, segment_capacity
 from .settings import (
     ClientOptions,
@@ -37,6 +37,9 @@ from .validation import check_text, plain_texts
 from .values import to_int
 
 log = logging.getLogger("mooncake_redis")
+
+SINGLE_NODE = "redis"
+"""The node name of a single Redis: every shard is served there."""
 
 CLOCK_RESYNC_SECONDS = 60.0
 """How often a client re-reads Redis TIME for its link epochs."""
@@ -198,6 +201,9 @@ class Context:
         self._clock: EpochClock | None = None
         self._deferred: list[tuple[Any, ...]] = []
         self._batches = 0
+        self.partition: Callable[[str], str] | None = None
+        """Tests only: shard -> the name of a pretend Redis node, so that one Redis serves
+        shards as a cluster's nodes would (calls per node, links across nodes)."""
 
     @classmethod
     def open(cls, client: Any, namespace: str, arguments: Mapping[str, Any] | None = None,
@@ -336,15 +342,6 @@ class Context:
             for node in nodes if isinstance(node, dict))
         return self.executor.at_maxmemory
 
-    def header(self) -> list[Any]:
-        """The common ARGV header of shard scripts (lua/_lib.lua)."""
-        settings = self.settings
-        events = settings.events_max_len
-        if self.executor.at_maxmemory:  # negative: free the stream first (lua/_lib.lua)
-            events = -events
-        return [settings.put_start_release_timeout_ms, events,
-                settings.link_epoch_horizon_ms]
-
     # -- batches -------------------------------------------------------------------------
 
     def read(self, *command: Any) -> Any:
@@ -389,14 +386,47 @@ class Context:
         if self._deferred:
             self.batch().execute()
 
-    def shard_call(self, script: str, shard: str, *script_args: Any) -> ShardCall:
-        return ShardCall(self.scripts[script], self.schema, shard, self.header(), *script_args)
+    def shard_call(self, script: str, shard: str, *script_args: Any) -> NodeCall:
+        """A call of a script of one shard (fsck's repairs, trims): it serves only that
+        shard, so a cascade into another one goes the way of one across nodes."""
+        return NodeCall(self.scripts[script], self, shard, shard, (shard, *script_args))
 
-    def calls(self, script: str, *script_args: Any) -> ShardCalls[Any]:
-        """Calls of a shard script, one per shard, all with the same script arguments."""
-        header = self.header()
-        return ShardCalls(lambda shard: ShardCall(self.scripts[script], self.schema, shard,
-                                                  header, *script_args))
+    def calls(self, script: str, *script_args: Any) -> NodeCalls[Any]:
+        """Calls of a shard script, one per Redis node for the shards it serves, all with
+        the same script arguments."""
+        return NodeCalls(self.scripts[script], self, script_args)
+
+    # -- placement: which Redis node serves which shard (scripts.Placement) ---------------
+
+    def header(self, served: str = "") -> list[Any]:
+        """The common header of shard scripts (lua/_lib.lua): `served` the shards the
+        call's node serves, joined ('' = every shard: a single Redis)."""
+        settings = self.settings
+        events = settings.events_max_len
+        if self.executor.at_maxmemory:  # negative: free the stream first (lua/_lib.lua)
+            events = -events
+        return [self.schema.namespace, settings.put_start_release_timeout_ms, events,
+                settings.link_epoch_horizon_ms, self.schema.tag_width,
+                self.schema.shard_count, served]
+
+    def routing_key(self, shard: str) -> str:
+        return self.schema.shard_keys(shard).stats
+
+    def node_of(self, shard: str) -> str:
+        """The Redis node serving a shard now (its name), as this client's slot map has it:
+        one name for a single Redis."""
+        if self.partition is not None:
+            return self.partition(shard)
+        if not self.executor.cluster:
+            return SINGLE_NODE
+        return self.executor.node_name(self.routing_key(shard))
+
+    def served(self, node: str) -> str:
+        """What a call for a node tells its script it serves: '' on a single Redis (every
+        shard), else the tags of the namespace's shards on that node, joined."""
+        if self.partition is None and not self.executor.cluster:
+            return ""
+        return ",".join(shard for shard in self.schema.shards if self.node_of(shard) == node)
 
     def per_shard(self, *queues: Callable[[Batch, str], object],
                   shards: Iterable[str] | None = None,

@@ -31,7 +31,14 @@ class ReplyCode(str, Enum):
     STALE_EPOCH = "STALE_EPOCH"
     """The item's link epoch is older than the shard's: send again with the new one."""
     CYCLE_CHECK = "CYCLE_CHECK"
-    """The node has children: a cycle walk decides before the link is sent again."""
+    """The node has children and the script could not walk up from the parent itself (a
+    node served elsewhere, or whose shard only the client computes): the client walks."""
+    CYCLE = "CYCLE"
+    """The script walked up from the parent and met the node: the link would close a
+    cycle."""
+    NOT_HERE = "NOT_HERE"
+    """A link the client meant to write in one call names a parent that the node the call
+    went to does not serve (a slot moved): send it again."""
 
 
 # The library: what Index and the modules under it raise to their callers.
@@ -288,6 +295,7 @@ _BY_CODE: dict[ReplyCode, type[MooncakeRedisError]] = {
         NoSpace,
         ParentConflict,
         SegmentNotMounted,
+        CycleDetected,
     )
 }
 

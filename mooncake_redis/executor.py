@@ -96,7 +96,9 @@ class Policy:
 class Queued(NamedTuple):
     """One call: its name, the command as sent, the key that routes it (None = any node),
     whether re-sending it after it may have run is harmless, whether it may write (WAIT
-    covers it), and its barrier segment. A tuple: a read pipeline queues a thousand."""
+    covers it), its barrier segment, and for a shard script its NodeCall (scripts.py: what
+    the call is for, to send it again shard by shard). A tuple: a read pipeline queues a
+    thousand."""
 
     name: str
     args: tuple[Any, ...]
@@ -104,6 +106,7 @@ class Queued(NamedTuple):
     retry_safe: bool
     writes: bool
     segment: int
+    call: Any = None
 
 
 _first, _second = itemgetter(0), itemgetter(1)
@@ -154,6 +157,13 @@ class Batch:
         return self._queue(script.name, command, keys[0] if keys else None,
                            retry_safe or read_only, not read_only)
 
+    def node_call(self, call: Any) -> int:
+        """Queue a shard script's call (scripts.NodeCall, as_queued); returns its position in
+        execute()'s results. A call Redis Cluster refuses whole because a slot moved is sent
+        again shard by shard (Executor._run_split)."""
+        self._queued.append(call.as_queued(self._segment))
+        return len(self._queued) - 1 - self._preamble
+
     def command(self, *args: Any, retry_safe: bool = False) -> int:
         """Queue a plain command (key first); reads are retry-safe, writes only if told."""
         name = str(args[0]).upper()
@@ -171,7 +181,7 @@ class Batch:
         first = len(self._queued) - self._preamble
         self._queued += map(tuple.__new__, repeat(Queued), zip(
             map(_first, commands), commands, map(_second, commands), repeat(True),
-            repeat(False), repeat(self._segment)))
+            repeat(False), repeat(self._segment), repeat(None)))
         return first
 
     def barrier(self) -> None:
@@ -218,6 +228,19 @@ class Executor:
 
     def batch(self) -> Batch:
         return Batch(self)
+
+    @property
+    def cluster(self) -> bool:
+        return self._cluster
+
+    def node_name(self, key: str) -> str:
+        """The name of the cluster node serving a key's slot, as the slot map has it now
+        ('' when no node serves it)."""
+        try:
+            node = self._client.nodes_manager.get_node_from_slot(self._client.keyslot(key))
+        except redis.exceptions.SlotNotCoveredError:
+            return ""
+        return str(node.name)
 
     def reads(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Replies of read-only commands (as Batch.reads takes them), in order, errors in
@@ -269,6 +292,7 @@ class Executor:
         retries = reloads = 0
         while pending:
             resend: list[int] = []
+            splits: list[int] = []
             reroute = pause = False
             groups = self._by_node(queued, pending)
             replies = self._send_groups(groups, queued, shortfalls)
@@ -281,6 +305,8 @@ class Executor:
                     item = queued[position]
                     if reply is LOST and not item.retry_safe:
                         unknown.append(position)
+                    elif item.call is not None and slot_moved(reply) and item.call.splittable():
+                        splits.append(position)
                     elif reply is NOT_SENT or reply is LOST or isinstance(reply, NOT_RUN_ERRORS):
                         resend.append(position)
                         if reply is LOST:
@@ -293,6 +319,10 @@ class Executor:
                         results[position] = reply
             if unknown:
                 break
+            if splits:  # a call of several slots Redis refused whole: nothing of it ran
+                self._refresh(0)
+                for position in splits:
+                    self._run_split(queued[position], position, results, resent)
             pending = sorted(resend)
             if pending and reroute:
                 retries += 1
@@ -316,6 +346,21 @@ class Executor:
                               f"{self._last_failure or 'none'})")
         if shortfalls:
             raise shortfalls[0]
+
+    def _run_split(self, item: Queued, position: int, results: list[Any],
+                   resent: set[int]) -> None:
+        """A shard script's call that Redis Cluster refused whole (a slot it names moved,
+        or a key it touched is not served by that node: nothing of it ran), sent again as
+        calls of one shard each, which reroute as any call; its reply is merged back."""
+        parts = item.call.split()
+        sub = [part.as_queued(item.segment) for part in parts]
+        sub_results: list[Any] = [None] * len(sub)
+        sub_resent: set[int] = set()
+        self._run_segment(sub, list(range(len(sub))), sub_results, sub_resent)
+        if sub_resent:
+            resent.add(position)
+        results[position] = item.call.merge(
+            parts, [map_error(r) if isinstance(r, Exception) else r for r in sub_results])
 
     def _by_node(self, queued: Sequence[Queued],
                  positions: list[int]) -> list[tuple[Any, list[int]]]:
@@ -683,9 +728,21 @@ def load_scripts(client: Any, scripts: Sequence[LuaScript]) -> None:
             raise ScriptError(f"Redis computed SHA {sha} for {script.name}, expected {script.sha}")
 
 
-GROWING_SCRIPTS = frozenset({"put_start", "register"})
+GROWING_SCRIPTS = frozenset({"put", "register"})
 """The scripts without `allow-oom`: Redis refuses them whole at maxmemory, and runs them
 again only once there is room."""
+
+
+def slot_moved(reply: Any) -> bool:
+    """Whether Redis Cluster refused a script call whole because a slot of a key it names or
+    touches is not served by the node it went to (MOVED, ASK, TRYAGAIN, CROSSSLOT, a script
+    touching a "non local key"): nothing of the call ran."""
+    if isinstance(reply, (*REROUTE_ERRORS, redis.exceptions.TryAgainError)):
+        return True
+    if isinstance(reply, redis.exceptions.ResponseError):
+        text = str(reply)
+        return "non local key" in text or "CROSSSLOT" in text
+    return False
 
 
 def map_error(result: Any) -> Any:

@@ -176,7 +176,27 @@ class Index:
         refused for space ask for eviction (on_no_space); with wait_ms > 0 (default: the
         put_wait_ms setting) they are sent again until written or wait_ms has passed, and
         without a queue this call runs one eviction job itself (waiting.py)."""
-        return self._put(items, soft_pin, hard_pin, "put", wait_ms)
+        return self._put(items, soft_pin, hard_pin, "start", "put_start", wait_ms)
+
+    def put(self, key: str, size: int, parent_block_hash: str | None = None,
+            soft_pin: bool = False, hard_pin: bool = False,
+            replicas: Sequence[ReplicaSpec] | None = None, *,
+            wait_ms: int | None = None) -> None:
+        """The one-phase put of a writer whose bytes are already in place (a file data
+        plane, a HiCache backend, the Mooncake drop-in's byte put): put_start and put_end
+        in one step, the object complete and announced (`stored`) at once; the same
+        admission, links and checks as put_start."""
+        self._raise_single(self.batch_put([(key, size, parent_block_hash, replicas)],
+                                          soft_pin=soft_pin, hard_pin=hard_pin,
+                                          wait_ms=wait_ms))
+
+    def batch_put(self, items: Iterable[PutItem], soft_pin: bool = False,
+                  hard_pin: bool = False, *, wait_ms: int | None = None
+                  ) -> list[Result[None]]:
+        """put for many (key, size[, parent hash[, replicas]]) at once: one script call per
+        Redis node (one round trip on a single Redis), links included; one Result per item.
+        A re-send of this writer's own put (same size and replicas) answers OK again."""
+        return self._put(items, soft_pin, hard_pin, "put", "put", wait_ms)
 
     def upsert_start(self, key: str, size: int, parent_block_hash: str | None = None,
                      soft_pin: bool = False, hard_pin: bool = False,
@@ -194,7 +214,7 @@ class Index:
     def batch_upsert_start(self, items: Iterable[PutItem], soft_pin: bool = False,
                            hard_pin: bool = False, *, wait_ms: int | None = None
                            ) -> list[Result[None]]:
-        return self._put(items, soft_pin, hard_pin, "upsert", wait_ms)
+        return self._put(items, soft_pin, hard_pin, "upsert_start", "upsert_start", wait_ms)
 
     def upsert_end(self, key: str) -> None:
         """Complete an upsert (as put_end)."""
@@ -211,17 +231,17 @@ class Index:
         return self.batch_put_revoke(keys)
 
     def _put(self, items: Iterable[PutItem], soft_pin: bool, hard_pin: bool,
-             mode: str, wait_ms: int | None) -> list[Result[None]]:
+             mode: str, operation: str, wait_ms: int | None) -> list[Result[None]]:
         pins = (SOFT_PIN if check_flag(soft_pin, "soft_pin") else 0) | \
             (HARD_PIN if check_flag(hard_pin, "hard_pin") else 0)
         settings = self.settings  # read (and refreshed if due) once per call
         tree_on = settings.enable_radix_tree
         max_size = settings.max_object_size
-        rows = check_put_items(items, f"{mode}_start item")
+        rows = check_put_items(items, f"{operation} item")
         targets = self._split_items(rows)
         links_checked = tree_on and targets is not None and self._links_well_formed(
             rows, targets, settings.max_key_length)
-        writes = []
+        prepared: list[registration.Prepared] = []
         parents: dict[str, str] = {}  # each parent (and each linked node) checked once a call
         linked: set[str] = set()
         for (key, size, parent, replicas), target in zip(rows, targets or repeat(None)):
@@ -246,16 +266,16 @@ class Index:
                             f"{self.ctx.extractor.hash_form}), so it cannot be linked to a "
                             "parent; store it without parent_block_hash", key=key)
                     linked.add(prefix_hash)
-            writes.append(registration.Write(key, prefix_hash, parent if tree_on else None,
-                                             suffix, size, pins, "" if replicas is None else
-                                             pack_replicas(check_replicas(replicas))))
-        check_unique([w.key for w in writes], "object key")
+            prepared.append((key, prefix_hash, suffix, size, parent if tree_on else None,
+                             "" if replicas is None else
+                             pack_replicas(check_replicas(replicas))))
+        check_unique([item[0] for item in prepared], "object key")
         wait_ms = settings.put_wait_ms if wait_ms is None else check_wait_ms(wait_ms)
         results = waiting.write_waiting(
-            self.ctx, writes, wait_ms, mode,
+            self.ctx, prepared, pins, wait_ms, mode,
             on_no_space=self.on_no_space and functools.partial(self.on_no_space, self),
             evict=None if self.ctx.options.queue_url else self.evict)
-        return self._counted(f"{mode}_start", results)
+        return self._counted(operation, results)
 
     def _split_items(self, items: list[PutRow]) -> list[tuple[str, str, str]] | None:
         """ctx.split_all of the items' keys; None if a key is bad: the caller then splits

@@ -84,6 +84,8 @@ class KeySchema:
         self.namespace = namespace
         self.shard_count = shard_count
         """The namespace's shard count (its `shard_count` setting, fixed at creation)."""
+        self.tag_width = 2
+        """How many hex digits a shard's tag has (lua/_lib.lua computes a digest's tag)."""
         self.shards = shard_names(shard_count)
         self.shard: Callable[[str], str] = shard_finder(shard_count)
         """The shard a prefix's node lives in (prefix.shard_of at this count)."""

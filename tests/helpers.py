@@ -8,6 +8,7 @@ from typing import Any
 from mooncake_redis import Index
 from mooncake_redis.operations.fsck import check
 from mooncake_redis.prefix import NEW_SHARD_COUNT, shard_of
+from mooncake_redis.store.events import Event, events_of
 
 BOOKKEEPING = ("fences", "events")
 """Per-shard keys a refused call may still touch: a fence records that a link attempt was
@@ -79,3 +80,11 @@ def assert_consistent(index: Index) -> None:
 
 def node_fields(index: Index, prefix_hash: str) -> dict[str, str]:
     return index.client.hgetall(index.ctx.schema.node(prefix_hash))
+
+
+def stream_events(index: Index, shard: str) -> list[Event]:
+    """The events a shard's stream holds, read straight from Redis (XRANGE), oldest first:
+    one per object of each entry (store/events.py events_of)."""
+    stream = index.ctx.schema.shard_keys(shard).events
+    return [event for entry_id, fields in index.client.xrange(stream)
+            for event in events_of(shard, entry_id, fields)]

@@ -64,11 +64,26 @@ class Choice:
 
 @dataclass(frozen=True)
 class Step:
-    """What an operation's next step touches."""
+    """What an operation's next step touches (tags None: any shard)."""
 
     label: str
-    tags: frozenset[str]
+    tags: frozenset[str] | None
     writes: bool
+
+
+def touched(part: Sequence[Queued]) -> frozenset[str] | None:
+    """The shard tags a run of calls may touch: a shard script's call says (NodeCall.tags:
+    None where a cascade may reach any shard its node serves), a command its key's tag."""
+    tags: set[str] = set()
+    for q in part:
+        if q.call is not None:
+            call_tags = q.call.tags()
+            if call_tags is None:
+                return None
+            tags |= call_tags
+        elif q.routing_key:
+            tags.add(tag_of(q.routing_key))
+    return frozenset(tags)
 
 
 def independent(a: Choice, b: Choice, steps: dict[int, Step]) -> bool:
@@ -77,7 +92,11 @@ def independent(a: Choice, b: Choice, steps: dict[int, Step]) -> bool:
     if a.crash or b.crash or a.op == b.op:
         return False
     first, second = steps[a.op], steps[b.op]
-    return not (first.writes or second.writes) or not (first.tags & second.tags)
+    if not (first.writes or second.writes):
+        return True
+    if first.tags is None or second.tags is None:
+        return False
+    return not (first.tags & second.tags)
 
 
 WAIT_DEADLINE_S = 60.0
@@ -176,16 +195,33 @@ class LogicalClock:
         return False
 
 
+Partition = Callable[[str], str]
+"""Which pretend Redis node serves a shard (Context.partition); None: one Redis serves all."""
+
+
+def node_per_shard(shard: str) -> str:
+    """Every shard on a Redis Cluster node of its own: every link across shards takes the
+    link protocol's two steps, every link within a shard one call."""
+    return shard
+
+
+def one_cluster_node(shard: str) -> str:
+    """Every shard on one Redis Cluster node: links written in one call, as on one Redis,
+    but with a cluster's fences (another client may see these shards elsewhere)."""
+    return "node"
+
+
 class Slot:
     """One operation's Index, reused across runs; each run gives it a fresh gate."""
 
     def __init__(self, url: str, namespace: str, number: int,
-                 settings: dict[str, Any] | None = None):
+                 settings: dict[str, Any] | None = None, partition: Partition | None = None):
         self.number = number
         # reset() reloads the settings before every run: a refresh coming due inside a run
         # would add a step that a replay of the same schedule does not have
         self.index = Index.from_url(url, namespace=namespace, settings_refresh_seconds=3600,
                                     **(settings or {}))
+        self.index.ctx.partition = partition
         self.gate = Gate()
         run = self.index.ctx.executor.run
 
@@ -201,9 +237,8 @@ class Slot:
                     while end < len(queued) and not queued[end].writes:
                         end += 1
                 part = queued[start:end]
-                self.gate.step(self.number, Step(
-                    part[0].name, frozenset(tag_of(q.routing_key) for q in part if q.routing_key),
-                    any(q.writes for q in part)))
+                self.gate.step(self.number, Step(part[0].name, touched(part),
+                                                 any(q.writes for q in part)))
                 part_results, part_resent = run(part)
                 resent.update(start + position for position in part_resent)
                 results += part_results
@@ -271,6 +306,11 @@ class Scenario:
     index_settings: dict[str, Any] = field(default_factory=dict)
     """Settings every Index of the scenario is opened with (shard_count, for instance: give
     the scenario a namespace of its own, since a stored namespace keeps its layout)."""
+    views: Sequence[Partition | None] = ()
+    """Per operation, where it thinks each shard lives (Context.partition; missing or None:
+    one Redis serves every shard). Operations with different views race a link written in
+    one call against the same link in two steps, as clients with slot maps of different
+    ages do while a slot moves."""
 
 
 def invariant_s(index: Index) -> list[str]:
@@ -304,7 +344,8 @@ class Explorer:
         self.runs = 0
         self.states = 0
         self.client = redis.Redis.from_url(url)
-        self.slots = [Slot(url, namespace, n, scenario.index_settings)
+        views = list(scenario.views) + [None] * len(scenario.ops)
+        self.slots = [Slot(url, namespace, n, scenario.index_settings, views[n])
                       for n in range(len(scenario.ops))]
         self.observer = Index.from_url(url, namespace=namespace, **scenario.index_settings)
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 from clock import next_redis_millisecond, redis_now_ms, wait_for_redis_time
-from helpers import assert_consistent, page
+from helpers import assert_consistent, page, stream_events
 
 from mooncake_redis import Index, InvalidArgument
 from mooncake_redis.capacity.eviction import (
@@ -318,9 +318,9 @@ def test_path_breaking_eviction_only_when_allowed(index: Index) -> None:
 def test_every_eviction_is_announced_on_the_shards_events_stream(index: Index) -> None:
     leaf = store(index, "announced")
     index.evict(target_ratio=0)
-    events = index.client.xrange(index.ctx.schema.shard_keys(index.ctx.shard(leaf)).events)
-    kinds = [(fields["type"], fields["hash"] + fields["suffix"]) for _, fields in events]
-    assert kinds == [("stored", f"{leaf}_0_k"), ("evicted", f"{leaf}_0_k")]
+    events = stream_events(index, index.ctx.shard(leaf))
+    assert [(e.type, e.key) for e in events] == [("stored", f"{leaf}_0_k"),
+                                                  ("evicted", f"{leaf}_0_k")]
 
 
 def test_targets(make_index) -> None:

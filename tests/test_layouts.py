@@ -1,6 +1,6 @@
 """Every shard script's '-- ARGV:' comment and item loops agree with its layout in
 mooncake_redis/layouts.py (the Python side checks its calls against the same table in
-ShardCall), and the checker reports a planted mismatch."""
+NodeCall), and the checker reports a planted mismatch."""
 
 from __future__ import annotations
 
@@ -12,23 +12,19 @@ import pytest
 from mooncake_redis.layouts import HEADER_WIDTH, LAYOUTS, Layout
 from mooncake_redis.scripts import SHARD_SCRIPTS, read_lua
 
-# Where a script's items start: a loop from a literal index, each_run's first argument,
-# a `local a = N` before a while loop (and its reset), recount_shard's ARGV[i - d] for
-# node key i (node keys start at KEYS[8]).
+# Where a script's items start in its packed argument A: a loop from a literal index, or a
+# `local a = N` before a while loop.
 STARTS = [re.compile(p, re.MULTILINE) for p in (
-    r"for a = (\d+), #ARGV, \d+ do", r"each_run\((\d+), \d+,", r"^local a(?:, last)? = (\d+)",
-    r"^a = (\d+)$")]
-NODE_KEYS_AFTER = re.compile(r"ARGV\[i - (\d+)\]")
-# Steps over whole items.
+    r"for a = (\d+), #A", r"^\s*local a(?:, last)? = (\d+)")]
+# Steps over whole items (a counted item: to its parts).
 ITEM_STRIDES = [re.compile(p) for p in (
-    r"for a = \d+, #ARGV, (\d+) do", r"each_run\(\d+, (\d+),", r"stop = (?:a|stop) \+ (\d+)",
-    r"a = a \+ (\d+) \+", r"local first, k = a \+ (\d+),")]
-# Steps over the parts of a counted item (fixed-width layouts: over items).
+    r"for a = \d+, #A, (\d+) do", r"stop = (?:a|stop) \+ (\d+)", r"local first = a \+ (\d+)")]
+# Steps over the parts of a counted item.
 PART_STRIDES = [re.compile(p) for p in (
-    r"for \w+ = (?:first|a), [^,\n]+, (\d+) do", r"ARGV\[first \+ (\d+) \* i")]
-ITEM_OFFSETS = re.compile(r"ARGV\[(?:a|b|first) \+ (\d+)\]")
-PART_OFFSETS = re.compile(r"ARGV\[(?:at|arg) \+ (\d+)\]")
-LITERAL = re.compile(r"ARGV\[(\d+)\]")
+    r"for \w+ = first, [^,\n]+, (\d+) do", r"a = first \+ (\d+) \* k")]
+ITEM_OFFSETS = re.compile(r"A\[(?:a|b) \+ (\d+)\]")
+PART_OFFSETS = re.compile(r"A\[at \+ (\d+)\]")
+LITERAL = re.compile(r"\bA\[(\d+)\]")
 CODE_COMMENT = re.compile(r"--.*$", re.MULTILINE)
 COUNT = re.compile(r"(\d+) per (item|object)")
 
@@ -56,7 +52,7 @@ def problems(source: str, layout: Layout) -> list[str]:
     """Where the script's source disagrees with its layout."""
     found: list[str] = []
     comment = argv_comment(source)
-    if not comment.startswith(f"1-{HEADER_WIDTH} header (_lib.lua)"):
+    if not comment.startswith(f"1 JSON: 1-{HEADER_WIDTH} header (_lib.lua)"):
         found.append(f"comment does not start with the header: {comment[:40]!r}")
     missing, at = in_order(comment, tuple(f"{HEADER_WIDTH + 1 + i} {name}"
                                           for i, name in enumerate(layout.args)), 0)
@@ -73,13 +69,12 @@ def problems(source: str, layout: Layout) -> list[str]:
             found.append(f"comment says {number} per {what}, the layout {want}")
 
     source = CODE_COMMENT.sub("", source)  # the code alone from here on
-    found += [f"ARGV[{n}] is past the layout's script arguments"
+    found += [f"A[{n}] is past the layout's script arguments"
               for n in map(int, LITERAL.findall(source)) if n > HEADER_WIDTH + len(layout.args)]
     starts = [int(n) for p in STARTS for n in p.findall(source)]
-    starts += [8 - int(d) for d in NODE_KEYS_AFTER.findall(source)]
     if layout.item and not starts:
         found.append("no item loop found")
-    found += [f"items start at ARGV[{n}], the layout's at {layout.first}"
+    found += [f"items start at A[{n}], the layout's at {layout.first}"
               for n in starts if n != layout.first]
     part = len(layout.each) if layout.each else layout.width
     found += [f"a loop steps {n} over items of {layout.width}"
@@ -105,22 +100,22 @@ def test_script_agrees_with_its_layout(name: str) -> None:
 # (script, a change to its source or None, the layout field to drop the last name of or None,
 #  what the checker then says)
 PLANTS = [
-    ("evict", ("9, #ARGV, 6 do", "9, #ARGV, 5 do"), None, "steps 5 over items of 6"),
-    ("evict", ("9, #ARGV, 6 do", "8, #ARGV, 6 do"), None, "start at ARGV[8]"),
-    ("evict", ("ARGV[a + 5]", "ARGV[a + 6]"), None, "offsets up to + 6"),
-    ("resolve", ("child hash, parent hash", "parent hash, child hash"), None,
-     "lacks 'parent hash'"),
+    ("evict", ("13, #A, 5 do", "13, #A, 4 do"), None, "steps 4 over items of 5"),
+    ("evict", ("13, #A, 5 do", "12, #A, 5 do"), None, "start at A[12]"),
+    ("evict", ("A[a + 4]", "A[a + 5]"), None, "offsets up to + 5"),
+    ("resolve", ("parent hash, epoch", "parent, epoch"), None, "lacks 'parent hash'"),
     ("resolve", ("then 5 per item", "then 4 per item"), None, "says 4 per item"),
-    ("delete", ("each_run(5, 4,", "each_run(5, 3,"), None, "steps 3 over items of 4"),
-    ("unlink", ("first, last, 6 do", "first, last, 5 do"), None, "steps 5 over parts of 6"),
-    ("link", ("stop = stop + 6", "stop = stop + 5"), None, "steps 5 over items of 6"),
-    ("register", ("a = a + 6 + count", "a = a + 5 + count"), None, "steps 5 over items of 6"),
-    ("put_start", ("first, a - 1, 4 do", "first, a - 1, 3 do"), None, "steps 3 over parts of 4"),
-    ("put_start", ("local a = 10", "local a = 9"), None, "start at ARGV[9]"),
-    ("recount_shard", ("ARGV[i - 3]", "ARGV[i - 4]"), None, "start at ARGV[4]"),
+    ("delete", ("stop = a + 4", "stop = a + 3"), None, "steps 3 over items of 4"),
+    ("unlink", ("8, #A, 5 do", "8, #A, 6 do"), None, "steps 6 over items of 5"),
+    ("link", ("9, #A, 6 do", "9, #A, 5 do"), None, "steps 5 over items of 6"),
+    ("register", ("local first = a + 7", "local first = a + 6"), None,
+     "steps 6 over items of 7"),
+    ("put", ("first, a - 1, 4 do", "first, a - 1, 3 do"), None, "steps 3 over parts of 4"),
+    ("put", ("  local a, last = 15", "  local a, last = 14"), None, "start at A[14]"),
+    ("recount_shard", ("for a = 10, #A do", "for a = 11, #A do"), None, "start at A[11]"),
     ("scrub", None, "item", "steps 2 over items of 1"),
-    ("put_end", None, "args", "ARGV[4] is past"),
-    ("put_start", None, "each", "says 4 per object, the layout 3"),
+    ("put_end", None, "args", "A[8] is past"),
+    ("put", None, "each", "says 4 per object, the layout 3"),
 ]
 
 
@@ -140,14 +135,12 @@ def test_calls_are_checked_against_the_layout(index) -> None:
     """A builder that sends an item one field short, or the wrong script arguments, is
     refused before Redis reads it."""
     calls = index.ctx.calls("resolve")
-    call = calls.add(index.ctx.shard("a" * 64), 0)
-    call.item(call.node("a" * 64), "a" * 64, "", 1)
-    with pytest.raises(ValueError, match="resolve: 4 item arguments, not a multiple of 5"):
+    calls.item(index.ctx.shard("a" * 64), 0, "a" * 64, "", 1)
+    with pytest.raises(ValueError, match="resolve: 4 item fields, not a multiple of 5"):
         calls.queue(index.ctx.batch())
-    with pytest.raises(ValueError, match="delete: 3 header and 0 script arguments"):
-        index.ctx.shard_call("delete", index.ctx.shard("a" * 64))
+    with pytest.raises(ValueError, match="delete: 7 header and 0 script arguments"):
+        index.ctx.calls("delete").item(index.ctx.shard("a" * 64), 0, "a" * 64, "_0_k", "t")
     puts = index.ctx.calls("put_end", index.ctx.token)
-    call = puts.add(index.ctx.shard("a" * 64), 0)
-    call.item(call.node("a" * 64), "a" * 64, 2, "x")
+    puts.items(index.ctx.shard("a" * 64), [0], "a" * 64, 2, "x")
     with pytest.raises(ValueError, match="put_end: counted items end"):
         puts.queue(index.ctx.batch())

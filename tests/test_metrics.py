@@ -153,8 +153,8 @@ def test_script_latency_is_observed_per_script_while_counting(redis_url: str) ->
     def count(script: str) -> float:
         return scraped.get(("mooncake_redis_script_seconds_count", (("script", script),)), 0)
 
-    assert count("put_start") == 1 and count("put_end") == 3 and count("delete") == 0
-    assert value(scraped, "mooncake_redis_script_seconds_sum", script="put_start") > 0
+    assert count("put") == 1 and count("put_end") == 3 and count("delete") == 0
+    assert value(scraped, "mooncake_redis_script_seconds_sum", script="put") > 0
     assert value(scraped, "mooncake_redis_script_seconds_bucket", script="put_end",
                  le="+Inf") == 3
 

@@ -600,12 +600,13 @@ def test_parent_block_hash_builds_the_radix_tree_and_eviction_goes_leaf_first(
     assert node.parent == chains[0][0] and node.children == [chains[0][2]]
     assert [index.match_prefix(chain) for chain in chains] == [6, 6, 6]
     # the store's eviction (what a full segment runs) takes leaves first: every chain
-    # keeps a leading run, and its first page stays longest
+    # keeps a leading run (its first page stays longest), the oldest chain's run going
+    # first: no later chain is shorter
     index.evict(target_ratio=index.usage().ratio / 2)
-    for chain in chains:
-        run = index.match_prefix(chain)
-        assert run >= 1
+    runs = [index.match_prefix(chain) for chain in chains]
+    for chain, run in zip(chains, runs):
         assert [store.is_exist(f"{prefix}__k") for prefix in chain] == [1] * run + [0] * (6 - run)
+    assert runs == sorted(runs) and runs[-1] >= 1
     assert index.usage().objects <= 9
     wait_until(lambda: disk_matches_store(index, data_dir), "evicted pages' files to go")
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from clock import wait_for_redis_time
 from conftest import IndexFactory
-from helpers import A, B, C, assert_consistent, node_fields, page, snapshot
+from helpers import A, B, C, assert_consistent, node_fields, page, snapshot, stream_events
 
 from mooncake_redis import Index, InvalidArgument, ObjectAlreadyExists
 from mooncake_redis.errors import ObjectNotFound, SegmentNotMounted
@@ -17,10 +17,13 @@ from mooncake_redis.values import decode_replicas
 
 
 def events(index: Index, prefix_hash: str) -> list[dict[str, Any]]:
-    """The events of one node's shard, oldest first."""
-    stream = index.ctx.schema.shard_keys(index.ctx.shard(prefix_hash)).events
-    return [fields for _, fields in index.client.xrange(stream)
-            if fields["hash"] == prefix_hash]
+    """The events of one node, oldest first, each as its fields: type, hash, suffix, size,
+    parent and replicas where it has them, and its type's own."""
+    return [{"type": event.type, "hash": event.hash, "suffix": event.suffix,
+             "size": str(event.size), **({"parent": event.parent} if event.parent else {}),
+             **({"replicas": event.replicas_raw} if event.replicas_raw else {}), **event.extra}
+            for event in stream_events(index, index.ctx.shard(prefix_hash))
+            if event.hash == prefix_hash]
 
 
 @pytest.fixture

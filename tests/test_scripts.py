@@ -1,7 +1,9 @@
-"""Script rules, checked on what real Redis runs (MONITOR): every script call's keys sit in
-one Cluster slot (Redis Cluster's own slot function), every key a script touches was
-passed in its KEYS, and every script is exercised; every Lua file documents its
-interface; the executor refuses a cross-slot call before sending it."""
+"""Script rules, checked on what real Redis runs (MONITOR): every script is exercised, a
+shard script's call declares at most one key (a shard's, for routing) and touches only keys
+of its namespace, one of shards of the namespace (a call of one shard only that shard's),
+and a script of other keys only the keys it declares; every Lua file documents its
+interface; the executor refuses a cross-slot call of such a script before sending it.
+On Redis Cluster (tests/test_cluster.py) every call runs where its keys are served."""
 
 from __future__ import annotations
 
@@ -13,22 +15,21 @@ from importlib import resources
 import pytest
 import redis
 from helpers import assert_consistent, page
-from redis.crc import key_slot
 
 from mooncake_redis import Index, ObjectAlreadyExists
 from mooncake_redis.errors import ReplyCode, ScriptError, from_script_error, split_script_error
 from mooncake_redis.executor import CrossSlotCall
+from mooncake_redis.keys import SHARD_KEY_NAMES
+from mooncake_redis.layouts import LAYOUTS
 from mooncake_redis.operations.fsck import check
 from mooncake_redis.scripts import (
-    LAZY,
     LIBRARY,
     SCRIPT_NAMES,
+    SHARD_SCRIPTS,
     USES,
-    build_script,
     library_for,
     library_parts,
     read_lua,
-    with_lazy_parts,
 )
 
 STOP = "mooncake-test-stop-monitor"
@@ -53,6 +54,8 @@ def key_of(words: list[str]) -> str:
 class ScriptCall:
     name: str
     keys: list[str]
+    argument: str
+    """Its last argument (a shard script's packed one)."""
     touched: list[tuple[str, str]] = field(default_factory=list)
     """(command, key) of every command the script ran"""
 
@@ -79,7 +82,9 @@ class Monitor(threading.Thread):
                     self.calls[-1].touched.append((words[0].upper(), key_of(words)))
                 elif words[0].upper() == "EVALSHA":
                     count = int(words[2])
-                    self.calls.append(ScriptCall(self.names[words[1]], words[3:3 + count]))
+                    self.calls.append(ScriptCall(self.names[words[1].strip('"')],
+                                                 [w.strip('"') for w in words[3:3 + count]],
+                                                 words[-1]))
 
     def __enter__(self) -> Monitor:
         self.start()
@@ -116,21 +121,48 @@ def exercise_every_script(index: Index) -> None:
     index.remove_all(force=True)
     assert list(index.events("g", start="earliest", follow=False))  # read_events
     index.close()
+    # shards on two pretend Redis nodes: links across them take the protocol's two steps
+    split, rival = (Index(index.client, index.namespace) for _ in range(2))
+    for one in (split, rival):
+        one.ctx.partition = lambda shard: "odd" if int(shard, 16) % 2 else "even"
+    x, y = page("x"), next(h for h in (page(("y", n)) for n in range(100))
+                           if int(index.ctx.shard(h), 16) % 2 != int(index.ctx.shard(page("x")),
+                                                                       16) % 2)
+    split.put_start(f"{x}_0_k", 1)
+    split.put_start(f"{y}_0_k", 1, parent_block_hash=x)  # link, then put
+    with pytest.raises(ObjectAlreadyExists):  # its link is settled at once: resolve, unlink
+        rival.put_start(f"{y}_0_k", 1, parent_block_hash=x)
+    split.remove(f"{y}_0_k", force=True)  # delete: y's unlink from x waits for unlink
+    split.resolve(grace_ms=0)  # fences: trim_fences
+    split.remove_all(force=True)
+    for one in (split, rival):
+        one.close()
 
 
-def test_every_script_call_touches_one_slot_and_only_its_keys(redis_url: str) -> None:
+SHARD_KEY = re.compile(r"^scripts:\{([0-9a-f]{1,2})\}:(?:n:.+|" + "|".join(SHARD_KEY_NAMES)
+                       + ")$")
+
+
+def test_every_script_call_touches_only_keys_it_may(redis_url: str) -> None:
     index = Index.from_url(redis_url, namespace="scripts")
     names = {script.sha: script.name for script in index.ctx.scripts.all}
     with Monitor(redis_url, names) as monitor:
         exercise_every_script(index)
     assert {call.name for call in monitor.calls} == set(SCRIPT_NAMES)
+    shards = set(index.ctx.all_shards())
     for call in monitor.calls:
-        slots = {key_slot(key.encode()) for key in call.keys}
-        assert len(slots) == 1, f"{call.name} touches slots {slots} with keys {call.keys}"
-        assert all(key.startswith("scripts:") for key in call.keys), call
-        undeclared = [(command, key) for command, key in call.touched
-                      if command not in KEYLESS and key not in call.keys]
-        assert not undeclared, f"{call.name} touched keys not in its KEYS: {undeclared}"
+        touched = [key for command, key in call.touched if command not in KEYLESS]
+        if call.name not in SHARD_SCRIPTS:
+            undeclared = [key for key in touched if key not in call.keys]
+            assert not undeclared, f"{call.name} touched keys not in its KEYS: {undeclared}"
+            continue
+        assert len(call.keys) <= 1, call
+        tags = [SHARD_KEY.match(key) for key in [*call.keys, *touched]]
+        assert all(tags), f"{call.name} touched a key of no shard: {call}"
+        seen = {tag.group(1) for tag in tags if tag}
+        assert seen <= shards, call
+        if LAYOUTS[call.name].per_shard:  # a call of one shard stays in it
+            assert len(seen) == 1, f"{call.name} left its shard: {sorted(seen)}"
 
 
 def test_a_call_with_keys_of_two_tags_is_refused_before_sending(index: Index) -> None:
@@ -160,7 +192,8 @@ def test_every_script_documents_its_interface(name: str) -> None:
 
 
 FAIL_CODE = re.compile(r"fail\('([A-Z_]+)'")
-LINK_REFUSALS = {ReplyCode.FENCED, ReplyCode.STALE_EPOCH, ReplyCode.CYCLE_CHECK}
+LINK_REFUSALS = {ReplyCode.FENCED, ReplyCode.STALE_EPOCH, ReplyCode.CYCLE_CHECK,
+                 ReplyCode.NOT_HERE}
 
 
 def test_every_refusal_code_a_script_sends_is_a_reply_code_and_every_member_is_sent() -> None:
@@ -187,31 +220,44 @@ def test_a_code_this_version_does_not_know_stays_a_script_error() -> None:
     assert type(error) is ScriptError and str(error) == "MCERR_NO_SUCH_CODE x"
 
 
-GROWING = {"put_start", "register"}
+GROWING = {"put", "register"}
 """The scripts Redis must refuse whole at maxmemory; every other one frees memory, reads,
 or must never be refused behind a write that was (link), so it runs there too."""
 
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
-def test_every_script_says_whether_it_runs_at_maxmemory(name: str) -> None:
+def test_every_script_says_how_it_runs(name: str) -> None:
+    """A shard script works in the shards of one Redis Cluster node, so in several slots
+    (allow-cross-slot-keys); the growing ones are refused whole at maxmemory, the others
+    run there (allow-oom)."""
     first = read_lua(name).splitlines()[0]
-    assert first == ("#!lua" if name in GROWING else "#!lua flags=allow-oom"), first
+    flags = [] if name in GROWING else ["allow-oom"]
+    if name in SHARD_SCRIPTS:
+        flags.append("allow-cross-slot-keys")
+    assert first == "#!lua flags=" + ",".join(flags), first
 
 
-def test_the_library_documents_the_common_keys_and_arguments() -> None:
+def test_the_library_documents_the_packed_argument() -> None:
     header = read_lua(LIBRARY).split("\n\n")[0]
-    assert "KEYS[1..7]" in header and "ARGV[1]" in header and "ARGV[3]" in header
+    assert "ARGV[1] is" in header and "A[7]" in header and "KEYS:" in header
+
+
+KEY_BUILDERS = re.compile(r"^(?:\w+\.(?:stats|key)|\w+\.base \.\. '(?:"
+                          + "|".join(SHARD_KEY_NAMES) + r")'|\w+\.nbase \.\. [\w.\[\] +-]+)$")
 
 
 @pytest.mark.parametrize("name", [*SCRIPT_NAMES, LIBRARY])
-def test_no_script_builds_a_key_name(name: str) -> None:
-    """A key is always a variable bound to KEYS, never a literal or a concatenation."""
+def test_keys_are_built_in_one_place(name: str) -> None:
+    """A key is a variable (KEYS, a node record's key, a stream ...) or built from a shard
+    record the library made (lua/_lib.lua shard(): `s.stats`, `s.base .. '<shard key>'`,
+    `s.nbase .. <hash>`), never a literal or any other concatenation."""
     for arguments in re.findall(r"redis\.p?call\(('[^)]*)\)", read_lua(name)):
         words = [word.strip() for word in arguments.split(",")]
         if words[0].strip("'") in KEYLESS:
             continue
         key = key_of(words)
-        assert key and ".." not in key and not key.startswith(("'", '"')), \
+        assert key and not key.startswith(("'", '"')), f"{name}: redis.call({arguments})"
+        assert ".." not in key or KEY_BUILDERS.match(key), \
             f"{name}: redis.call({arguments}) builds its key"
 
 
@@ -220,37 +266,21 @@ def test_a_script_carries_the_library_parts_it_names_and_what_they_need() -> Non
     not the node records; a script without the line gets every part; an empty line none."""
     _, parts = library_parts()
     put_end = library_for(read_lua("put_end"))
-    assert "local function emit_event" in put_end and "local function leaf_score" in put_end
+    assert "local function event(" in put_end and "local function leaf_score" in put_end
     assert "local function now" in put_end  # core: events and leaves need it
     assert "local function node(" not in put_end and "local function finish" not in put_end
-    assert "local function node(" not in library_for(read_lua("delete"))
+    assert "local function node(" in library_for(read_lua("delete"))
     assert library_for("return 1").endswith(parts["links"][1])
     assert all(text in library_for("return 1") for _, text in parts.values())
     assert library_for("-- uses:\nreturn 1") == ""
 
 
-def test_lazy_parts_are_defined_inside_the_function_that_holds_the_mark() -> None:
-    """`-- lazy:` (lua/_lib.lua): put_start's prelude has no node records; its general
-    path's function defines them, once, with the parts they need less the prelude's."""
-    prelude = library_for(read_lua("put_start"))
-    assert "local function read_stats" in prelude and "local function node(" not in prelude
-    source = build_script("put_start").source
-    general = source.index("local function load_general()")
-    assert source.count("local function node(") == 1
-    assert source.index("local function node(") > general
-    assert source.count("local function read_stats") == 1  # stats: in the prelude only
-    assert not re.search(r"^\s*-- @lazy$", source, re.MULTILINE)  # the mark was replaced
-    with pytest.raises(ValueError, match="one '-- @lazy' line"):
-        with_lazy_parts("-- uses: core\n-- lazy: nodes\nreturn 1")
-
-
-def test_a_put_start_call_may_take_both_paths(redis_url: str) -> None:
-    """Within one put_start call, a new page takes the lean path and a re-sent one (this
-    writer's own processing objects) the general path, loaded mid-call: both answer as
-    alone, and the shard's stats count each object once."""
+def test_a_put_call_answers_a_new_object_and_a_resent_one_as_alone(redis_url: str) -> None:
+    """Within one put call, a new object and a re-sent one (this writer's own processing
+    object) each answer as if sent alone, and the shard's stats count each object once."""
     index = Index.from_url(redis_url, namespace="both-paths", capacity_bytes="1GiB")
     first, again = page("paths-1"), "01" + page("paths-2")[2:]
-    first = "01" + first[2:]  # one shard: one call
+    first = "01" + first[2:]  # one shard
     index.put_start(f"{again}_0_k", 10)
     results = index.batch_put_start([(f"{first}_0_k", 20, None), (f"{again}_0_k", 10, None)])
     assert [result.ok for result in results] == [True, True]
@@ -296,9 +326,8 @@ def _names_missing(body: str) -> set[str]:
     _, parts = library_parts()
     defined = {name: _top_level_names(text) for name, (_, text) in parts.items()}
     every = set().union(*defined.values())
-    named = []
-    for line in (USES.search(body), LAZY.search(body)):
-        named += line.group(1).split() if line else []
+    line = USES.search(body)
+    named = line.group(1).split() if line else []
     todo, brought = list(named), set()
     while todo:
         part = todo.pop()
@@ -320,7 +349,7 @@ def test_every_script_names_the_library_parts_it_uses(name: str) -> None:
 
 
 def test_a_script_that_leans_on_a_part_it_did_not_name_is_caught() -> None:
-    assert _names_missing("-- uses: leaves\nemit_event('stored', h, p, s, '1')\n") == \
-        {"emit_event"}
-    assert not _names_missing("-- uses: events\nlocal emit = 1\nemit_event(emit)\n")
+    assert _names_missing("-- uses: leaves\nevent(s, 'stored', h, p, s, '1')\n") == \
+        {"event"}
+    assert not _names_missing("-- uses: events\nlocal emit = 1\nevent(emit)\n")
     assert _names_missing("-- uses:\nlocal x = num(1)\n") == {"num"}

@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 from clock import wait_for_redis_time
 from conftest import IndexFactory
-from helpers import A, B, assert_consistent, page, snapshot
+from helpers import A, B, assert_consistent, page, snapshot, stream_events
 
 from mooncake_redis import ConfigurationError, Index, InvalidArgument, NoSpace
 from mooncake_redis.errors import SegmentExists, SegmentNotMounted, SegmentUnmounting
 from mooncake_redis.store import segments as segments_module
+from mooncake_redis.store.events import Event
 from mooncake_redis.tree.matching import scan_node_keys
 from mooncake_redis.values import decode_object, split_node
 
@@ -39,12 +40,10 @@ def replicas_on(index: Index, segment: str) -> list[str]:
     return found
 
 
-def invalidated_events(index: Index) -> list[dict[str, str]]:
-    found = []
-    for shard in index.ctx.all_shards():
-        stream = index.ctx.schema.shard_keys(shard).events
-        found += [f for _, f in index.client.xrange(stream) if f["type"] == "invalidated"]
-    return found
+def invalidated_events(index: Index) -> list[Event]:
+    """Every invalidated event of the namespace's streams."""
+    return [event for shard in index.ctx.all_shards() for event in stream_events(index, shard)
+            if event.type == "invalidated"]
 
 
 def test_mount_remount_and_the_capacity_they_make(index: Index) -> None:

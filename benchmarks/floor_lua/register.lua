@@ -5,8 +5,9 @@
 -- Per page: one HSET of the node (parent, epoch, both objects complete, no, b, lm), the
 -- parent's child field (HSET) and nc (HINCRBY, only for a new child), ZREM of the parent
 -- from its shard's leaves when that child is its first, ZADD of the node to its shard's
--- leaves, and with events an XADD 'stored' per object; per shard touched, the stats'
--- used_bytes, objects and nodes once per call (HINCRBY).
+-- leaves; per shard touched, the stats' used_bytes, objects and nodes once per call
+-- (HINCRBY) and with events one XADD 'stored' naming every object the call stored there
+-- (the v4 entry: a JSON array of 'h' <hash> 'p' <parent> 's' <suffix> 'z' <size> ...).
 -- Benchmark-only shortcuts: keys arrive in ARGV (a single Redis has no slots to declare),
 -- every page hash is a 64-hex digest (stored bare as the parent's child field) and new.
 -- ARGV: 1 writer token, 2 object size, 3 events cap (0 = no events), 4 objects per page k,
@@ -27,12 +28,14 @@ end
 local child = {'p', '', 'pe', now}
 for i = 1, #root do child[4 + i] = root[i] end
 
--- Per shard tag ('<ns>:{xy}'): its leaves key, events key and the pages added there.
-local leaves, events, added = {}, {}, {}
+-- Per shard tag ('<ns>:{xy}'): its leaves key, events key, the pages added there and
+-- the objects its event names.
+local leaves, events, added, stored = {}, {}, {}, {}
 local function tag_of(key)
   local tag = string.sub(key, 1, #key - 67)  -- drops ':n:' and the 64-hex hash
   if not leaves[tag] then
-    leaves[tag], events[tag], added[tag] = tag .. ':leaves', tag .. ':events', 0
+    leaves[tag], events[tag], added[tag], stored[tag] = tag .. ':leaves', tag .. ':events',
+      0, {}
   end
   return tag
 end
@@ -55,14 +58,11 @@ for a = 5 + k, #ARGV, 2 do
   end
   redis.call('ZADD', leaves[tag], now, hash)
   if cap > 0 then
+    local v = stored[tag]
+    v[#v + 1], v[#v + 2] = 'h', hash
+    if parent then v[#v + 1], v[#v + 2] = 'p', parent end
     for i = 1, k do
-      if parent then
-        redis.call('XADD', events[tag], 'MAXLEN', '~', cap, '*', 'type', 'stored', 'hash', hash,
-          'suffix', ARGV[4 + i], 'size', size, 'parent', parent)
-      else
-        redis.call('XADD', events[tag], 'MAXLEN', '~', cap, '*', 'type', 'stored', 'hash', hash,
-          'suffix', ARGV[4 + i], 'size', size)
-      end
+      v[#v + 1], v[#v + 2], v[#v + 3], v[#v + 4] = 's', ARGV[4 + i], 'z', size
     end
   end
   added[tag] = added[tag] + 1
@@ -74,6 +74,10 @@ for tag, count in pairs(added) do
     redis.call('HINCRBY', stats, 'used_bytes', count * bytes)
     redis.call('HINCRBY', stats, 'objects', count * k)
     redis.call('HINCRBY', stats, 'nodes', count)
+    if cap > 0 then
+      redis.call('XADD', events[tag], 'MAXLEN', '~', cap, '*', 'type', 'stored', 'objects',
+        cjson.encode(stored[tag]))
+    end
   end
 end
 return pages

@@ -31,7 +31,7 @@ from typing import Any
 from mooncake_redis.context import Context
 from mooncake_redis.errors import InvalidArgument, MooncakeRedisError
 from mooncake_redis.executor import raise_first_error, score_pairs
-from mooncake_redis.scripts import ShardCall, ShardCalls
+from mooncake_redis.scripts import NodeCalls
 from mooncake_redis.tree.links import (
     Intent,
     NewLeaf,
@@ -44,7 +44,7 @@ from mooncake_redis.tree.links import (
 )
 from mooncake_redis.tree.matching import primaries
 from mooncake_redis.tree.rescoring import latest_possible_score, rescore_leaves
-from mooncake_redis.values import parent_of, split_node, to_int
+from mooncake_redis.values import split_node, to_int
 
 from .admission import eviction_lock, rebalance, take_eviction_lock, used_bytes
 
@@ -114,9 +114,6 @@ class Candidates:
         self._heap: list[tuple[float, str]] = []
         self._score: dict[str, float] = {}
         self._bytes: dict[str, int] = {}
-        self._parent: dict[str, str] = {}
-        """Parents in their leaf's shard, as the refill read them (the evict call unlinks
-        the leaf from them itself; the script checks the node still names them)."""
         self._shard_left: dict[str, int] = {}
         self._shard_full: set[str] = set(ctx.all_shards())  # not read yet: may hold more
 
@@ -137,7 +134,6 @@ class Candidates:
         return self._bytes.get(prefix_hash, 0)
 
     def drop(self, prefix_hash: str) -> None:
-        self._parent.pop(prefix_hash, None)
         if self._score.pop(prefix_hash, None) is not None:
             self._shard_left[self.ctx.shard(prefix_hash)] -= 1
 
@@ -158,18 +154,10 @@ class Candidates:
                 self._shard_full.discard(shard)
         if not found:
             return
-        batch = self.ctx.batch()
-        for prefix_hash, _ in found:
-            batch.command("HMGET", self.ctx.schema.node(prefix_hash), "b", "p")
-        for (prefix_hash, score), (size, parent) in zip(found, batch.execute()):
+        node = self.ctx.schema.node
+        sizes = self.ctx.reads([("HGET", node(prefix_hash), "b") for prefix_hash, _ in found])
+        for (prefix_hash, score), size in zip(found, sizes):
             self.push(prefix_hash, score, to_int(size))
-            parent = parent_of(parent)
-            if parent is not None and self.ctx.shard(parent) == self.ctx.shard(prefix_hash):
-                self._parent[prefix_hash] = parent
-
-    def parent(self, prefix_hash: str) -> str:
-        """The leaf's parent as last read, if it is in the leaf's shard ('' otherwise)."""
-        return self._parent.get(prefix_hash, "")
 
     def _of_shard(self, shard: str, pairs: list[tuple[str, float]]) -> list[tuple[str, float]]:
         """The entries that can be leaves of the shard; any other (junk a namespace user
@@ -313,20 +301,17 @@ class Evictor:
     def _evict(self, chosen: list[tuple[str, float]], mode: str, soft: bool,
                candidates: Candidates | None, report: EvictionReport,
                need_bytes: int = 0) -> int:
-        """One evict call per shard for the chosen nodes, then the cascade. In mode leaf a
-        call unlinks its leaves from the parents the refill found in their shard (declared
-        in the call), and the cascade's calls (the same script, one per shard and level)
-        unlink the others; either evicts a parent left a leaf scored no later than this
-        round's latest choice, within the bytes the round still needs (split between the
-        calls)."""
+        """One evict call per Redis node for the chosen nodes, then the cascade. A call
+        unlinks its leaves from their parents where that node serves them (and so on up),
+        and the cascade's calls (the same script, one per node and level) unlink the
+        others; either evicts a parent left a leaf scored no later than this round's
+        latest choice, within the bytes the round still needs (split between the calls)."""
         ctx = self.ctx
         round_ = _Round(candidates, soft, need_bytes, chosen)
         calls = round_.calls(ctx, {ctx.shard(prefix_hash) for prefix_hash, _ in chosen})
         for prefix_hash, seen in chosen:
-            call = calls.add(ctx.shard(prefix_hash), prefix_hash)
-            parent = "" if candidates is None else candidates.parent(prefix_hash)
-            call.item(call.node(prefix_hash), prefix_hash, _score_arg(seen), mode, parent,
-                      call.node(parent) if parent else "")
+            calls.item(ctx.shard(prefix_hash), prefix_hash, prefix_hash, _score_arg(seen),
+                       mode, "")
         results = self._send(calls)
         evicted = 0
         for prefix_hash, outcome in calls.per_item(results, part=0):
@@ -353,8 +338,7 @@ class Evictor:
                                          "the resolver finishes it from the outbox")
             calls = round_.calls(ctx, {ctx.shard(parent) for parent, _, _ in level})
             for parent, child, epoch in level:
-                call = calls.add(ctx.shard(parent), parent)
-                call.item(call.node(parent), parent, epoch, "unlink", child, "")
+                calls.item(ctx.shard(parent), parent, parent, int(epoch), "unlink", child)
             results = self._send(calls)
             clear_outbox(ctx, level)
             before = report.objects
@@ -362,14 +346,14 @@ class Evictor:
             evicted += report.objects - before
         return evicted
 
-    def _send(self, calls: ShardCalls[str]) -> list[Any]:
+    def _send(self, calls: NodeCalls[str]) -> list[Any]:
         batch = self.ctx.batch()
         calls.queue(batch)
         results = batch.execute()
         raise_first_error(results)
         return results
 
-    def _intents(self, calls: ShardCalls[str], results: list[Any], round_: _Round,
+    def _intents(self, calls: NodeCalls[str], results: list[Any], round_: _Round,
                  report: EvictionReport) -> list[Intent]:
         """What the calls' replies carry besides the items' outcomes: the parents evicted
         inside (counted), the new leaves (on the heaps) and the unlinks to run elsewhere
@@ -451,14 +435,17 @@ class _Round:
         self.need_bytes = need_bytes - planned
         """Bytes beyond the chosen leaves' that parents evicted inside the calls may free."""
 
-    def calls(self, ctx: Context, shards: set[str]) -> ShardCalls[str]:
+    def calls(self, ctx: Context, shards: set[str]) -> NodeCalls[str]:
         index = "" if self.candidates is None else self.candidates.index
-        allowance = max(0, self.need_bytes) // max(1, len(shards))
-        script, header = ctx.scripts["evict"], ctx.header()
-        return ShardCalls(lambda shard: ShardCall(
-            script, ctx.schema, shard, header, "1" if self.soft else "0",
-            ctx.settings.soft_pin_ttl_ms, index, self.cutoff, allowance))
+        nodes = {ctx.node_of(shard) for shard in shards}
+        allowance = max(0, self.need_bytes) // max(1, len(nodes))
+        return ctx.calls("evict", 1 if self.soft else 0, ctx.settings.soft_pin_ttl_ms, index,
+                         self.cutoff, allowance)
 
 
-def _score_arg(score: float) -> str:
-    return "+inf" if math.isinf(score) else str(int(score))
+NEVER = 1 << 62
+"""The score sent for +inf: later than any Redis time in ms (JSON has no infinity)."""
+
+
+def _score_arg(score: float) -> int:
+    return NEVER if math.isinf(score) else int(score)

@@ -380,9 +380,8 @@ class _Checker:
     def _drop_fields(self, prefix_hash: str, fields: dict[str, str]) -> None:
         """Drop the node's fields that still hold these values (lua/scrub.lua)."""
         call = self.ctx.shard_call("scrub", self.ctx.shard(prefix_hash), prefix_hash)
-        call.node(prefix_hash)
         for name, value in fields.items():
-            call.item(name, value)
+            call.add(name, value)
         batch = self.ctx.batch()
         call.queue(batch)
         (reply,) = batch.execute()
@@ -474,11 +473,9 @@ class _Checker:
             writes = self.ctx.read("HGET", self.ctx.schema.shard_keys(shard.name).stats,
                                    "writes") or "0"
             node_keys = [key for page in scan_node_keys(self.ctx, shard.name) for key in page]
-            call = self.ctx.shard_call("recount_shard", shard.name, writes)
+            call = self.ctx.shard_call("recount_shard", shard.name, str(writes))
             for key in sorted(node_keys):
-                prefix_hash = self.ctx.schema.hash_of_node_key(key)
-                call.node(prefix_hash)
-                call.item(prefix_hash)
+                call.add(self.ctx.schema.hash_of_node_key(key))
             batch = self.ctx.batch()
             call.queue(batch)
             (reply,) = batch.execute()

@@ -1,8 +1,9 @@
 """The one deletion path for objects taken out by a caller: remove, put_revoke, forced
 removal, remove_by_regex and remove_all all run lua/delete.lua, which deletes each object,
-announces it, and deletes a node left empty together with recording its unlink; the
-cascade up the tree (links.cascade) follows. Eviction deletes whole nodes through
-lua/evict.lua and the same cascade.
+announces it, and deletes a node left empty, unlinking it from its parent in the same call
+(and so on up the tree) while the parents are served by the same Redis node; the unlinks
+of parents served elsewhere come back as intents, and the cascade there (links.cascade)
+follows. Eviction deletes whole nodes through lua/evict.lua the same way.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 from mooncake_redis.context import Context, Target, node_runs
 from mooncake_redis.errors import MooncakeRedisError, from_script_error
 from mooncake_redis.models import Result
-from mooncake_redis.scripts import ShardCalls
+from mooncake_redis.scripts import NodeCalls
 from mooncake_redis.tree.links import Intent, cascade, triples
 
 CHUNK = 1024
@@ -32,13 +33,12 @@ def delete_objects(ctx: Context, targets: Sequence[Target], mode: str) -> list[R
 
 
 def _delete_chunk(ctx: Context, targets: Sequence[Target], mode: str) -> list[Result[None]]:
-    calls: ShardCalls[int] = ctx.calls("delete", mode)
+    calls: NodeCalls[int] = ctx.calls("delete", mode)
     token = ctx.token
-    for prefix_hash, positions, suffixes in node_runs(targets):  # a page's node looked up once
-        call = calls.add_all(ctx.shard(prefix_hash), positions)
-        node = call.node(prefix_hash)
-        for suffix in suffixes:
-            call.item(node, prefix_hash, suffix, token)
+    for prefix_hash, positions, suffixes in node_runs(targets):  # a page's shard found once
+        shard = ctx.shard(prefix_hash)
+        for position, suffix in zip(positions, suffixes):
+            calls.item(shard, position, prefix_hash, suffix, token)
     batch = ctx.batch()
     calls.queue(batch)
     replies = batch.execute()

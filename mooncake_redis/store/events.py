@@ -1,8 +1,9 @@
 """Events: what changed in a namespace, read from its shards' streams (docs/EVENTS.md).
 
-Every script that stores or deletes an object appends one entry to its shard's stream
-(`<ns>:{xy}:events`) in the same atomic step as the change, so a reader sees exactly the
-changes, in order per shard. A `Consumer` reads them:
+Every script that stores or deletes objects appends one entry per call to each shard's
+stream it changed (`<ns>:{xy}:events`), naming every object of the change, in the same
+atomic step, so a reader sees exactly the changes, in order per shard. A `Consumer` reads
+them, one Event per object:
 
 - with a consumer group, at least once: each entry goes to one consumer of the group and
   stays pending until acked; a restarted consumer first gets its own pending entries
@@ -20,6 +21,7 @@ CROSSSLOT) and in process, one XRANGE per shard, sent per node, polls.
 from __future__ import annotations
 
 import inspect
+import json
 import socket
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -80,11 +82,63 @@ class Event:
 
     @classmethod
     def from_entry(cls, shard: str, entry_id: str, fields: Mapping[str, str]) -> Event:
+        """The one event of an entry of one object (as 0.1 wrote them: hash, suffix, size,
+        parent, replicas and any other field)."""
         prefix_hash, suffix = fields.get("hash", ""), fields.get("suffix", "")
         return cls(entry_id, shard, fields.get("type", ""), prefix_hash + suffix, prefix_hash,
                    suffix, to_int(fields.get("size")), fields.get("parent") or None,
                    fields.get("replicas"),
                    {name: value for name, value in fields.items() if name not in KNOWN_FIELDS})
+
+
+def events_of(shard: str, entry_id: str, fields: Mapping[str, str]) -> list[Event]:
+    """The events of one stream entry, an entry's fields taken as a map (redis-py's XRANGE
+    and XREAD give them so): one per object it names. An entry of a call's objects has
+    `type` and `objects`, a JSON array that names, per node, 'h' <hash> ('p' <parent>) and
+    per object 's' <suffix> 'z' <size> ('r' <replicas>) and that type's own fields
+    (lua/_lib.lua event); an entry of one object (0.1) names it in fields of its own. A
+    value no script wrote gives no event."""
+    packed = fields.get("objects")
+    if packed is None:
+        return [Event.from_entry(shard, entry_id, fields)]
+    try:
+        values = json.loads(packed)
+    except ValueError:
+        return []
+    if not isinstance(values, list):
+        return []
+    kind = fields.get("type", "")
+    events: list[Event] = []
+    node = parent = ""
+    current: dict[str, Any] | None = None
+    for position in range(0, len(values) - 1, 2):
+        name, value = values[position], str(values[position + 1])
+        if name == "s":
+            if current is not None:
+                events.append(_event(entry_id, shard, kind, node, parent, current))
+            current = {"s": value, "extra": {}}
+        elif name == "h":
+            if current is not None:
+                events.append(_event(entry_id, shard, kind, node, parent, current))
+                current = None
+            node, parent = value, ""
+        elif name == "p":
+            parent = value
+        elif current is not None:
+            if name in ("z", "r"):
+                current[name] = value
+            else:
+                current["extra"][str(name)] = value
+    if current is not None:
+        events.append(_event(entry_id, shard, kind, node, parent, current))
+    return events
+
+
+def _event(entry_id: str, shard: str, kind: str, node: str, parent: str,
+           fields: dict[str, Any]) -> Event:
+    suffix = fields["s"]
+    return Event(entry_id, shard, kind, node + suffix, node, suffix, to_int(fields.get("z")),
+                 parent or None, fields.get("r"), fields["extra"])
 
 
 Item = Event | EventsLost
@@ -270,8 +324,8 @@ class Consumer:
                                    "the stream's cap trimmed them before they were read"))
             if trimmed_pending:
                 gone[shard] = list(trimmed_pending)
-            items.extend(Event.from_entry(shard, entry_id, _pairs(fields))
-                         for entry_id, fields in _entries(entries))
+            for entry_id, fields in _entries(entries):
+                items += events_of(shard, entry_id, _pairs(fields))
             delivered = len(entries) // 2 + len(trimmed_pending)
             if shard in self._pending:
                 if delivered < self.count:

@@ -24,8 +24,8 @@ from .deletion import item_result
 
 
 def put_end(ctx: Context, targets: Sequence[Target]) -> list[Result[None]]:
-    """One call per shard, its items one per node: the node's suffixes, each once (a key
-    named twice gets one reply, given to both)."""
+    """One call per Redis node, its items one per node of the tree: the node's suffixes,
+    each once (a key named twice gets one reply, given to both)."""
     calls = ctx.calls("put_end", ctx.token)
     nodes: dict[str, dict[str, str]] = {}
     for key, prefix_hash, suffix in targets:
@@ -33,9 +33,10 @@ def put_end(ctx: Context, targets: Sequence[Target]) -> list[Result[None]]:
         if named is None:
             named = nodes[prefix_hash] = {}
         named[suffix] = key
+    shard_of = ctx.shard
     for prefix_hash, named in nodes.items():
-        call = calls.add_all(ctx.shard(prefix_hash), list(named.values()))
-        call.item(call.node(prefix_hash), prefix_hash, len(named), *named)
+        calls.items(shard_of(prefix_hash), list(named.values()), prefix_hash, len(named),
+                    *named)
     batch = ctx.batch()
     calls.queue(batch)
     outcome = {key: item_result(key, reply) for key, reply in calls.per_item(batch.execute())}
@@ -45,13 +46,13 @@ def put_end(ctx: Context, targets: Sequence[Target]) -> list[Result[None]]:
 def get(ctx: Context, targets: Sequence[Target], probe: bool = False
         ) -> list[Result[ObjectInfo]]:
     """Grant leases and return the objects (value None for an absent key). With probe,
-    a processing object reads as absent instead of NOT_READY. One call per shard, one
-    item per run of targets of one node (a node named again later is a second item,
-    which reads what the first wrote), each target tagged with its position."""
-    calls = ctx.calls("grant_lease", ctx.settings.lease_ttl_ms, "1" if probe else "0")
+    a processing object reads as absent instead of NOT_READY. One call per Redis node,
+    one item per run of targets of one node of the tree (a node named again later is a
+    second item, which reads what the first wrote), each target tagged with its position."""
+    calls = ctx.calls("grant_lease", ctx.settings.lease_ttl_ms, 1 if probe else 0)
+    shard_of = ctx.shard
     for prefix_hash, positions, suffixes in node_runs(targets):
-        call = calls.add_all(ctx.shard(prefix_hash), positions)
-        call.item(call.node(prefix_hash), prefix_hash, len(suffixes), *suffixes)
+        calls.items(shard_of(prefix_hash), positions, prefix_hash, len(suffixes), *suffixes)
     batch = ctx.batch()
     calls.queue(batch)
     results: list[Result[ObjectInfo]] = [None] * len(targets)  # type: ignore[list-item]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, cast, get_args
+from typing import Any, Literal, cast, get_args
 
 from mooncake_redis.capacity.admission import default_shard_limit
 from mooncake_redis.capacity.borrowing import borrow, charged_bytes
@@ -33,6 +33,7 @@ from mooncake_redis.errors import (
     split_script_error,
 )
 from mooncake_redis.models import Result
+from mooncake_redis.prefix import is_digest
 from mooncake_redis.tree.links import (
     Link,
     add_link,
@@ -40,6 +41,7 @@ from mooncake_redis.tree.links import (
     settle_links_now,
     walk_finds_cycles,
 )
+from mooncake_redis.values import CHILD_PREFIX, child_field_argument
 
 MAX_SENDS = 4
 """Sends of one item at most (a fenced or stale epoch, then a cycle walk, cost one each)."""
@@ -59,6 +61,90 @@ sent again."""
 
 WriteState = Literal["", "L", "C", "walk"]
 """'' (send it), 'walk' (NEEDS_WALK) or, once written, its link flag."""
+
+
+Prepared = tuple[str, str, str, int, "str | None", str]
+"""A put's item as Index checked it: (key, prefix hash, suffix, size, parent hash or None,
+packed replicas or '')."""
+
+SEND_AGAIN = frozenset({ReplyCode.FENCED, ReplyCode.STALE_EPOCH, ReplyCode.CYCLE_CHECK,
+                        ReplyCode.NOT_HERE, ReplyCode.NO_SPACE})
+"""Refusals the lean path leaves to write(): it sends the item again after what it mends
+(an epoch, a cycle walk, the slot map, borrowed limit)."""
+
+
+def put(ctx: Context, items: Sequence[Prepared], pins: int, mode: str) -> list[Result[None]]:
+    """Objects put (lua/put.lua's modes), one Result per item: the lean path first (one call
+    per Redis node, no object per item: the batch whole, when every link is within its
+    node and the batch's links point back to nodes named before them), then write() for
+    whatever it left (the general path: links across nodes, re-sends for a fenced or stale
+    epoch, cycle walks, borrowed limit)."""
+    results = _lean(ctx, items, pins, mode) or [None] * len(items)
+    rest = [position for position, result in enumerate(results) if result is None]
+    if rest:
+        writes = [Write(key, prefix_hash, parent, suffix, size, pins, replicas)
+                  for key, prefix_hash, suffix, size, parent, replicas in
+                  (items[position] for position in rest)]
+        for position, result in zip(rest, write(ctx, writes, mode)):
+            results[position] = result
+    return results  # type: ignore[return-value]  # every item has one now
+
+
+def _lean(ctx: Context, items: Sequence[Prepared], pins: int, mode: str
+          ) -> list[Result[None] | None] | None:
+    """The items in one call per Redis node, their links written in it; None where the
+    batch is not for this path (a node given two parents, a parent named after its child,
+    a link across nodes); per item None where a refusal is write()'s to mend."""
+    shard_of = ctx.shard
+    groups: dict[str, tuple[str | None, list[int], list[Any]]] = {}
+    for position, (_, prefix_hash, suffix, size, parent, replicas) in enumerate(items):
+        group = groups.get(prefix_hash)
+        if group is None:
+            groups[prefix_hash] = (parent, [position], [suffix, size, pins, replicas])
+        elif group[0] == parent:
+            group[1].append(position)
+            group[2].extend((suffix, size, pins, replicas))
+        else:
+            return None  # refuse_in_batch says which
+    seen: set[str] = set()
+    for prefix_hash, (parent, _, _) in groups.items():  # in the order first named
+        if parent is not None and (parent == prefix_hash or parent in groups
+                                   and parent not in seen):
+            return None  # named after its child, or a cycle: refuse_in_batch decides
+        seen.add(prefix_hash)
+    single = ctx.partition is None and not ctx.executor.cluster
+    node_of = ctx.node_of
+    settings = ctx.settings
+    calls = ctx.calls("put", mode, ctx.token, 0, settings.put_start_discard_timeout_ms,
+                      default_shard_limit(settings.capacity_bytes, settings.shard_count),
+                      ctx.batch_id(), settings.max_depth)
+    for prefix_hash, (parent, positions, objects) in groups.items():
+        shard = shard_of(prefix_hash)
+        if parent is None:
+            calls.items(shard, positions, prefix_hash, "", "", "", "0", len(positions),
+                        *objects)
+            continue
+        parent_shard = shard_of(parent)
+        if not single and node_of(parent_shard) != node_of(shard):
+            return None  # a link across nodes: two steps
+        calls.items(shard, positions, prefix_hash, parent, parent_shard,
+                    "" if is_digest(prefix_hash) else CHILD_PREFIX + prefix_hash, "0",
+                    len(positions), *objects)
+    batch = ctx.batch()
+    calls.queue(batch)
+    results: list[Result[None] | None] = [None] * len(items)
+    for position, reply in calls.per_item(batch.execute()):
+        key = items[position][0]
+        if reply.__class__ is str and reply.startswith("OK"):
+            results[position] = Result(key)
+        elif isinstance(reply, MooncakeRedisError):
+            results[position] = Result(key, error=reply)
+        else:
+            code = split_script_error(str(reply))
+            if code is None or code[0] not in SEND_AGAIN:
+                results[position] = Result(key, error=from_script_error(
+                    str(reply), key=key, prefix_hash=items[position][1]))
+    return results
 
 
 @dataclass(slots=True)
@@ -104,9 +190,10 @@ class _Sent:
     pending: list[Link] = field(default_factory=list)
 
 
-def write(ctx: Context, writes: list[Write], mode: str = "put") -> list[Result[None]]:
-    """Send the items (after the in-batch checks) until each is written or refused. Mode
-    'upsert' lets put_start replace stored objects (lua/put_start.lua)."""
+def write(ctx: Context, writes: list[Write], mode: str = "start") -> list[Result[None]]:
+    """Send the items (after the in-batch checks) until each is written or refused. Modes
+    as lua/put.lua's: 'start' (put_start), 'put' (complete at once), 'upsert_start' and
+    'upsert' (may replace stored objects)."""
     refuse_in_batch(writes)
     sends: list[_Sent] = []
     _send_until_answered(ctx, [w for w in writes if w.result is None], mode, sends)
@@ -186,42 +273,57 @@ class _Roots:
 
 
 def _send(ctx: Context, todo: list[Write], mode: str) -> _Sent:
-    """Step 1 for every link, a barrier, step 2 for every item: one batch."""
+    """One batch: step 1 of every link whose parent another Redis node serves, a barrier,
+    then every item, one call per node. A link whose parent the child's node serves too is
+    written whole in that call (no step 1, no pending entry); on a single Redis every link
+    is."""
     batch_id = ctx.batch_id()
     settings = ctx.settings
-    sent = _Sent(ctx.epoch(at_least=max([w.min_epoch for w in todo])))
+    shard_of = ctx.shard
+    node_of = ctx.node_of
+    remote = {(w.parent, w.prefix_hash) for w in todo if w.parent
+              and node_of(shard_of(w.parent)) != node_of(shard_of(w.prefix_hash))}
+    # a send with a link across nodes takes its epoch from the client's clock (step 1 and
+    # step 2 must agree on it); one without lets each script use Redis's time
+    sent = _Sent(ctx.epoch(at_least=max([w.min_epoch for w in todo])) if remote else 0)
     links = ctx.calls("link", batch_id)
     written = {w.prefix_hash for w in todo}
-    # by parent: link.lua reads and writes each parent once per run of its items
-    for parent, child in sorted({(w.parent, w.prefix_hash) for w in todo if w.parent}):
+    # by parent: each parent's children together
+    for parent, child in sorted(remote):
         add_link(links, ctx, parent, child, sent.epoch, tag=(child, parent),
                  parent_written=parent in written)
-    puts = ctx.calls("put_start", batch_id, settings.put_start_discard_timeout_ms,
-                     default_shard_limit(settings.capacity_bytes, settings.shard_count), mode,
-                     ctx.token, sent.epoch)
-    registers = ctx.calls("register", batch_id)
+    puts = ctx.calls("put", mode, ctx.token, sent.epoch,
+                     settings.put_start_discard_timeout_ms,
+                     default_shard_limit(settings.capacity_bytes, settings.shard_count),
+                     batch_id, settings.max_depth)
+    registers = ctx.calls("register", batch_id, sent.epoch, settings.max_depth)
     groups: dict[tuple[str, str, str], list[Write]] = {}
     for w in todo:
         checked = ("0" if not w.checked else "1" if w.stamp is None
                    else f"1:{w.stamp}")
+        parent = w.parent or ""
+        parent_shard = "" if not parent or (parent, w.prefix_hash) in remote \
+            else shard_of(parent)
         if w.suffix is not None:
-            group = groups.get((w.prefix_hash, w.parent or "", checked))
+            group = groups.get((w.prefix_hash, parent, checked))
             if group is None:
-                group = groups[w.prefix_hash, w.parent or "", checked] = []
+                group = groups[w.prefix_hash, parent, checked] = []
             group.append(w)
         else:
-            call = registers.add(ctx.shard(w.prefix_hash), w)
-            call.item(call.node(w.prefix_hash), w.prefix_hash, w.parent or "", sent.epoch,
-                      checked, len(w.registered), *w.registered)
+            registers.item(shard_of(w.prefix_hash), w, w.prefix_hash, parent, parent_shard,
+                           child_field_argument(w.prefix_hash), checked, len(w.registered),
+                           *w.registered)
     for (prefix_hash, parent, checked), group in groups.items():
-        call = puts.add_all(ctx.shard(prefix_hash), group)
         objects: list[object] = []
         for w in group:
             objects += (w.suffix, w.size, w.pins, w.replicas)
-        call.item(call.node(prefix_hash), prefix_hash, parent, checked, len(group), *objects)
+        parent_shard = "" if not parent or (parent, prefix_hash) in remote \
+            else shard_of(parent)
+        puts.items(shard_of(prefix_hash), group, prefix_hash, parent, parent_shard,
+                   child_field_argument(prefix_hash), checked, len(group), *objects)
     batch = ctx.batch()
     links.queue(batch)
-    batch.barrier()  # on a cluster the parents must list their children first
+    batch.barrier()  # the parents on other nodes must list their children first
     puts.queue(batch)
     registers.queue(batch)
     results = batch.execute()
@@ -260,7 +362,7 @@ def _record(w: Write, outcome: object, epoch: int) -> None:
         w.min_epoch = int(detail) + 1
     elif code is ReplyCode.CYCLE_CHECK:
         w.state = NEEDS_WALK
-    elif code is not ReplyCode.STALE_EPOCH:
+    elif code is not ReplyCode.STALE_EPOCH and code is not ReplyCode.NOT_HERE:
         w.refuse(from_script_error(text, key=w.object_key, prefix_hash=w.prefix_hash))
 
 

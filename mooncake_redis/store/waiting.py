@@ -9,7 +9,6 @@ put_start of this client's own key a re-send, not a conflict."""
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from collections.abc import Callable
@@ -31,19 +30,18 @@ def refused_for_space(results: list[Result[None]], among: list[int]) -> list[int
     return [position for position in among if isinstance(results[position].error, NoSpace)]
 
 
-def write_waiting(ctx: Context, writes: list[registration.Write], wait_ms: int, mode: str,
-                  on_no_space: Callable[[], object] | None,
+def write_waiting(ctx: Context, items: list[registration.Prepared], pins: int, wait_ms: int,
+                  mode: str, on_no_space: Callable[[], object] | None,
                   evict: Callable[[], object] | None) -> list[Result[None]]:
-    """registration.write, then, while items are refused for space and wait_ms has not
+    """registration.put, then, while items are refused for space and wait_ms has not
     passed since the first refusal: run `evict` once (the in-process eviction job, when
     no worker would run one), sleep, send the refused items again. on_no_space is called
-    once, at the first refusal. mode: registration.write's (put or upsert)."""
+    once, at the first refusal. mode: lua/put.lua's."""
+    results = registration.put(ctx, items, pins, mode)
     if not wait_ms:
-        results = registration.write(ctx, writes, mode)
         if on_no_space is not None and refused_for_space(results, list(range(len(results)))):
             on_no_space()
         return results
-    results = registration.write(ctx, [copy.copy(w) for w in writes], mode)  # originals: unsent
     refused = refused_for_space(results, list(range(len(results))))
     if not refused:
         return results
@@ -58,8 +56,7 @@ def write_waiting(ctx: Context, writes: list[registration.Write], wait_ms: int, 
         else:
             time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
             pause = min(2 * pause, MAX_PAUSE_S)
-        again = registration.write(ctx, [copy.copy(writes[position]) for position in refused],
-                                   mode)
+        again = registration.put(ctx, [items[position] for position in refused], pins, mode)
         for position, result in zip(refused, again):
             results[position] = result
         refused = refused_for_space(results, refused)

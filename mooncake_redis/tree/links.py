@@ -18,7 +18,7 @@ from typing import Any
 from mooncake_redis.context import Context
 from mooncake_redis.errors import MooncakeRedisError
 from mooncake_redis.executor import raise_first_error
-from mooncake_redis.scripts import ShardCalls
+from mooncake_redis.scripts import NodeCalls
 from mooncake_redis.values import child_field_argument, parent_of, to_int
 
 log = logging.getLogger(__name__)
@@ -63,21 +63,20 @@ def new_leaves(flat: Sequence[str]) -> list[NewLeaf]:
             for i in range(0, len(flat), 4)]
 
 
-def add_link(links: ShardCalls[Any], ctx: Context, parent: str, child: str, epoch: int | str,
+def add_link(links: NodeCalls[Any], ctx: Context, parent: str, child: str, epoch: int,
              tag: Any = None, parent_written: bool = False) -> None:
-    """Queue step 1 of a link (lua/link.lua) on the parent's shard call; parent_written:
-    the same batch writes the parent too (its step 2 may then skip the cycle walk)."""
-    call = links.add(ctx.shard(parent), tag)
-    call.item(call.node(parent), parent, child, child_field_argument(child), epoch,
-              "1" if parent_written else "0")
+    """Queue step 1 of a link across nodes (lua/link.lua) on the call of the parent's node;
+    parent_written: the same batch writes the parent too (its step 2 may then skip the
+    cycle walk)."""
+    links.item(ctx.shard(parent), tag, parent, child, child_field_argument(child), epoch,
+               1 if parent_written else 0)
 
 
-def add_unlink(unlinks: ShardCalls[Any], ctx: Context, parent: str, child: str,
+def add_unlink(unlinks: NodeCalls[Any], ctx: Context, parent: str, child: str,
                epoch: int | str, pending: str = "") -> None:
     """Queue an unlink (lua/unlink.lua): drop the child field if it holds `epoch` ('' =
     keep it), and the pending entry `pending` if given."""
-    call = unlinks.add(ctx.shard(parent), None)
-    call.item(call.node(parent), parent, child, child_field_argument(child), epoch, pending)
+    unlinks.item(ctx.shard(parent), None, parent, child, epoch, pending)
 
 
 def confirm_links(ctx: Context, confirmed: Iterable[tuple[Link, int]]) -> None:
@@ -113,7 +112,7 @@ def cascade(ctx: Context, intents: Iterable[Intent],
     return removed
 
 
-def _run_unlinks(ctx: Context, unlinks: ShardCalls[Any],
+def _run_unlinks(ctx: Context, unlinks: NodeCalls[Any],
                  on_new_leaf: Callable[[NewLeaf], None] | None, intents: list[Intent]) -> int:
     """Send unlink calls; collect the unlinks of parents they deleted into `intents`."""
     batch = ctx.batch()
@@ -231,8 +230,7 @@ def resolve_links(ctx: Context, entries: Sequence[Intent], report: ResolverRepor
         return
     checks = ctx.calls("resolve")
     for parent, child, epoch in entries:
-        call = checks.add(ctx.shard(child), (parent, child, epoch))
-        call.item(call.node(child), child, parent, epoch, "check")
+        checks.item(ctx.shard(child), (parent, child, epoch), child, parent, epoch, "check")
     batch = ctx.batch()
     checks.queue(batch)
     results = batch.execute()
@@ -316,8 +314,7 @@ def break_cycles(ctx: Context, links: Mapping[str, tuple[str, str]],
     before = report.cycles_broken
     breaks = ctx.calls("resolve")
     for child, (parent, epoch) in links.items():
-        call = breaks.add(ctx.shard(child), (child, parent))
-        call.item(call.node(child), child, parent, epoch, "break")
+        breaks.item(ctx.shard(child), (child, parent), child, parent, epoch, "break")
     batch = ctx.batch()
     breaks.queue(batch)
     results = batch.execute()
@@ -374,17 +371,15 @@ def trim_fences(ctx: Context, shards: Sequence[str]) -> int:
     only ever dropped lazily by a new one otherwise)."""
     counts = ctx.per_shard(lambda batch, shard: batch.command(
         "HGET", ctx.schema.shard_keys(shard).stats, "fences"), shards=shards)
-    trims = ctx.calls("trim_fences")
-    for shard, (fences,) in counts:
-        if to_int(fences) > 0:
-            trims.add(shard, shard)
-    if not trims:
+    trimmed = [shard for shard, (fences,) in counts if to_int(fences) > 0]
+    if not trimmed:
         return 0
     batch = ctx.batch()
-    trims.queue(batch)
+    for shard in trimmed:
+        ctx.shard_call("trim_fences", shard).queue(batch)
     results = batch.execute()
     raise_first_error(results)
-    return sum(int(reply) for _, reply in trims.replies(results))
+    return sum(int(reply) for reply in results)
 
 
 def _old_entries(ctx: Context, index: str, cutoff: int, shards: Sequence[str],

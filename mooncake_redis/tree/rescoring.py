@@ -30,9 +30,7 @@ def repair_nodes(ctx: Context, nodes: Mapping[str, Iterable[str]]) -> int:
     for start in range(0, len(calls), REPAIRS_PER_BATCH):
         batch = ctx.batch()
         for shard, prefix_hash in calls[start:start + REPAIRS_PER_BATCH]:
-            call = ctx.shard_call("repair_node", shard, prefix_hash)
-            call.node(prefix_hash)
-            call.queue(batch)
+            ctx.shard_call("repair_node", shard, prefix_hash).queue(batch)
         intents: list[Intent] = []
         for reply in batch.execute():
             if isinstance(reply, MooncakeRedisError):

@@ -19,7 +19,7 @@ from __future__ import annotations
 from mooncake_redis.errors import EventsLost
 from mooncake_redis.index import Index
 from mooncake_redis.settings import Settings
-from mooncake_redis.store.events import EVICTED, STORED, Event
+from mooncake_redis.store.events import EVICTED, STORED, Event, events_of
 
 
 def events_cap(capacity_objects: int) -> int:
@@ -70,13 +70,13 @@ class EventFeed:
                 continue
             trim.command("XTRIM", stream, "MINID", _next_id(entries[-1][0]), retry_safe=True)
             for entry_id, fields in entries:
-                event = Event.from_entry(shard, entry_id, fields)
-                if event.type == STORED:
-                    stored += 1
-                elif event.type == EVICTED:
-                    evicted.append(event)
-                else:
-                    other.append(event.type)
+                for event in events_of(shard, entry_id, fields):
+                    if event.type == STORED:
+                        stored += 1
+                    elif event.type == EVICTED:
+                        evicted.append(event)
+                    else:
+                        other.append(event.type)
         if len(trim):
             trim.execute()
         expected_stored, self._stored_expected = self._stored_expected, 0
