@@ -4,13 +4,27 @@ from __future__ import annotations
 
 import argparse
 import platform
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from mooncake_redis.sim.anchors import trace_note
 from mooncake_redis.sim.arguments import at_least, refuse
 from mooncake_redis.sim.indexes.metrics import TraceRunMetrics, timer_overhead_ns
-from mooncake_redis.sim.report import PlotPanel, format_table, write_hit_rate_plot, write_results
+from mooncake_redis.sim.indexes.optimum import OPTIMUM_POLICY
+from mooncake_redis.sim.report import (
+    PlotPanel,
+    bytes_column,
+    format_table,
+    number_column,
+    pair_column,
+    text_column,
+    wrapped,
+    write_hit_rate_plot,
+    write_results,
+    written_line,
+)
 from mooncake_redis.sim.service.replay import PageLayout
 from mooncake_redis.sim.service_cli import run_service_replay, service_settings
 from mooncake_redis.sim.trace.kv_layout import kv_object_bytes, kv_page_bytes
@@ -28,21 +42,40 @@ SERVICE_CSV_NAME = "trace_redis_results.csv"
 SERVICE_JSON_NAME = "trace_redis_results.json"
 PLOT_NAME = "sim_trace_hit_rate.png"
 
-_TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("index", "{}"),
-    ("policy", "{}"),
-    ("capacity_fraction", "{:.2f}"),
-    ("hit_rate", "{:.2%}"),
-    ("usable_prefix_hit_rate", "{:.2%}"),
-    ("mean_orphaned_pages", "{:,.1f}"),
-    ("peak_orphaned_pages", "{:,}"),
-    ("peak_orphaned_bytes", "{:,}"),
-    ("lookup_ns_per_page", "{:,.0f}"),
-    ("eviction_mean_ns", "{:,.0f}"),
-    ("eviction_p99_ns", "{:,.0f}"),
-    ("memory_bytes_per_page", "{:,.0f}"),
-    ("seconds", "{:.2f}"),
+RATE_COLUMNS = (
+    text_column("index", "index"),
+    text_column("policy", "policy"),
+    number_column("capacity", "capacity_fraction", "{:.2f}"),
+    number_column("per-page", "hit_rate", "{:.2%}"),
+    number_column("usable", "usable_prefix_hit_rate", "{:.2%}"),
+    number_column("of optimum", "usable_prefix_hit_rate_of_optimum", "{:.1%}"),
+    pair_column("orphans mean/peak", "mean_orphaned_pages", "peak_orphaned_pages", "{:,.1f}",
+                "{:,}"),
+    bytes_column("peak orphaned", "peak_orphaned_bytes"),
 )
+COST_COLUMNS = (
+    text_column("index", "index"),
+    text_column("policy", "policy"),
+    number_column("capacity", "capacity_fraction", "{:.2f}"),
+    pair_column("lookup p50/p99", "lookup_p50_ns", "lookup_p99_ns", "{:,.0f}"),
+    pair_column("evict p50/p99", "eviction_p50_ns", "eviction_p99_ns", "{:,.0f}"),
+    number_column("B/page", "memory_bytes_per_page", "{:,.0f}"),
+    number_column("seconds", "seconds", "{:.2f}"),
+)
+
+
+def format_trace_results(results: Sequence[TraceRunMetrics]) -> str:
+    """The trace replay's two tables: hit rates and orphans, then costs."""
+    return "\n\n".join([
+        format_table(results, RATE_COLUMNS,
+                     "Hit rate (capacity: fraction of the trace's distinct pages; per-page: "
+                     "cached pages found anywhere in the chain; usable: the cached leading "
+                     "run, what an engine reuses; orphans: cached pages whose parent is not)"),
+        format_table(results, COST_COLUMNS,
+                     "Costs (lookup: ns per request, eviction: ns per evicted page, median/p99; "
+                     "index, policy and heap bytes per cached page; seconds per replay)"),
+    ])
+
 
 _PLOT_PANELS = (
     PlotPanel("hit_rate", "per-page hit rate (%)", "Cached pages found, wherever in the chain"),
@@ -105,7 +138,9 @@ def run_trace(args: argparse.Namespace) -> int:
         return run_service_replay(service_pages(trace), layout, service, args, description,
                                   SERVICE_CSV_NAME, SERVICE_JSON_NAME)
     results = run_trace_experiment(trace, settings, show_progress=not args.no_progress)
-    print(format_table(results, _TABLE_COLUMNS))
+    print(format_trace_results(results))
+    if OPTIMUM_POLICY in settings.policies:
+        print("\n" + wrapped(trace_note(trace.best_possible_hit_rate)))
     description.update({
         "requests": len(trace.chains),
         "requested_pages": trace.requested_pages,
@@ -121,5 +156,5 @@ def run_trace(args: argparse.Namespace) -> int:
         written.append(args.out / PLOT_NAME)
         write_hit_rate_plot(results, written[-1], _PLOT_PANELS,
                             "cache capacity (fraction of the trace's distinct pages)")
-    print("wrote " + ", ".join(str(path) for path in written))
+    print(written_line(written))
     return 0

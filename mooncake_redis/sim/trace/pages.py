@@ -40,6 +40,14 @@ class PageTrace:
     def requested_pages(self) -> int:
         return sum(map(len, self.chains))
 
+    @property
+    def best_possible_hit_rate(self) -> float:
+        """The hit rate of a cache that keeps every page: only a page's first use misses
+        (and a page's ancestors were all used before it was, so every later use of it is in
+        its chain's cached leading run: per-page and usable-prefix alike)."""
+        requested = self.requested_pages
+        return (requested - self.distinct_pages) / requested if requested else 0.0
+
 
 def build_page_trace(requests: Iterable[TraceRequest], source: str,
                      page_tokens: int = TRACE_BLOCK_TOKENS) -> PageTrace:
