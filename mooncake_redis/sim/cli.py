@@ -179,13 +179,15 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def fill_matrix_defaults(args: argparse.Namespace) -> None:
     """The policies and capacities not given: the default run's (QUICK_*), or with --full
-    or --trace every policy and SimulationSettings' capacities."""
+    or --trace every policy and SimulationSettings' capacities; with --routers, a pool
+    that keeps every page."""
     full = SimulationSettings()
     whole = args.full or hasattr(args, "trace")
     if not hasattr(args, "policies"):
         args.policies = full.policies if whole else QUICK_POLICIES
     if not hasattr(args, "capacities"):
-        args.capacities = full.capacity_fractions if whole else QUICK_CAPACITIES
+        args.capacities = ((1.0,) if hasattr(args, "routers")
+                           else full.capacity_fractions if whole else QUICK_CAPACITIES)
 
 
 def simulation_settings(args: argparse.Namespace) -> SimulationSettings:

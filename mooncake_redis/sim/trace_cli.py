@@ -25,6 +25,7 @@ from mooncake_redis.sim.report import (
     write_results,
     written_line,
 )
+from mooncake_redis.sim.routers_cli import add_router_arguments, router_settings, run_router_study
 from mooncake_redis.sim.service.replay import PageLayout
 from mooncake_redis.sim.service_cli import run_service_replay, service_settings
 from mooncake_redis.sim.trace.kv_layout import kv_object_bytes, kv_page_bytes
@@ -98,6 +99,7 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
                        help="the trace file")
     trace.add_argument("--limit", type=at_least(1), metavar="N", default=argparse.SUPPRESS,
                        help="replay only the first N requests (default: all)")
+    add_router_arguments(trace)
     trace.add_argument(
         "--touch-order",
         choices=TOUCH_ORDERS,
@@ -109,12 +111,17 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_trace(args: argparse.Namespace) -> int:
-    """Replay the trace in memory, or with --backend redis on the service; print the table,
-    write CSV and JSON (and in memory, with --plot, the PNG); 2 for input the replay cannot
-    use."""
+    """Replay the trace in memory, or with --backend redis on the service, or with
+    --routers run the routers study; print the table, write CSV and JSON (and in memory,
+    with --plot, the PNG); 2 for input the replay cannot use."""
+    routers = hasattr(args, "routers")
+    if routers and args.backend == "redis":
+        return refuse("--routers runs in memory: drop --backend redis")
     try:
         trace = read_page_trace(args.trace, getattr(args, "limit", None))
-        if args.backend == "redis":
+        if routers:
+            study = router_settings(args)
+        elif args.backend == "redis":
             service = service_settings(args, args.capacities)
         else:
             settings = TraceSettings(
@@ -133,6 +140,8 @@ def run_trace(args: argparse.Namespace) -> int:
         "trace": str(args.trace),
         "limit": getattr(args, "limit", None),
     }
+    if routers:
+        return run_router_study(trace, study, args, description)
     if args.backend == "redis":
         layout = PageLayout(kv_object_bytes(trace.page_tokens, args.layers, args.heads))
         return run_service_replay(service_pages(trace), layout, service, args, description,

@@ -14,9 +14,11 @@ import pytest
 from mooncake_redis.sim.cli import register
 from mooncake_redis.sim.indexes.metrics import RunMetrics, TraceRunMetrics
 from mooncake_redis.sim.report import format_results, format_table, write_hit_rate_plot
+from mooncake_redis.sim.routers_cli import format_router_results
 from mooncake_redis.sim.service.runner import ServiceRunMetrics
 from mooncake_redis.sim.service_cli import TABLE_COLUMNS as SERVICE_COLUMNS
 from mooncake_redis.sim.service_cli import TABLE_TITLE as SERVICE_TITLE
+from mooncake_redis.sim.trace.routers import RouterRunMetrics
 from mooncake_redis.sim.trace.synthesis import ChainShape, synthetic_chains, write_trace
 from mooncake_redis.sim.trace_cli import format_trace_results
 
@@ -126,6 +128,13 @@ def test_the_widest_rows_the_sim_produces_still_fit() -> None:
         "orphaned_pages": 9_999, "peak_orphaned_pages": 99_999,
         "census_orphaned_pages": 9_999, "seconds": 9_999.9})
     assert wide_lines(format_table([service], SERVICE_COLUMNS, SERVICE_TITLE)) == []
+    routers = RouterRunMetrics(**{
+        **{field.name: 0 for field in fields(RouterRunMetrics)},
+        "routing": "sticky", "routers": 1024, "capacity_fraction": 0.05, "shared_hit_rate": 1.0,
+        "separate_hit_rate": 1.0, "shared_follow_up_hit_rate": 1.0,
+        "separate_follow_up_hit_rate": 1.0, "stale_pages": 99_999_999,
+        "separate_index_pages": 999_999_999})
+    assert wide_lines(format_router_results([routers])) == []
 
 
 def _rates(index: str, policy: str, rates: list[float]) -> list[RunMetrics]:
