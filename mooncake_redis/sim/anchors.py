@@ -36,14 +36,14 @@ def optimum_note() -> str:
     )
 
 
-def trace_note(best_possible: float) -> str:
+def best_possible_note(best_possible: float) -> str:
     """The trace's best possible hit rate (a cache that keeps every page) beside
-    Mooncake's cache ratios, and the optimum's anchor."""
+    Mooncake's cache ratios."""
     ratios = ", ".join(f"{_percent(ratio)} ({name})" for name, ratio in MOONCAKE_TRACE_CACHE_RATIOS)
     return (
         f"Best possible on this trace (every page kept, only first uses miss): "
         f"{best_possible:.2%} of page lookups. Anchor: Mooncake FAST'25 Table 2 cache ratios "
-        f"{ratios}. " + optimum_note()
+        f"{ratios}."
     )
 
 

@@ -208,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
     fill_matrix_defaults(args)
     if hasattr(args, "trace"):
         return run_trace(args)
+    if hasattr(args, "routers"):
+        return refuse("--routers needs a trace: add --trace FILE")
     try:
         config = WorkloadConfig(
             **{field.name: getattr(args, field.name) for field in fields(WorkloadConfig)})

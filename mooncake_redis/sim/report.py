@@ -171,8 +171,9 @@ SAME_LINE_TOLERANCE = 0.001
 """Rates (0..1) this close at every point draw as one line: 0.1 points, about a line's
 width on these plots, so one would hide the other."""
 
-SAME_LINE_NOTE = "coinciding lines drawn once: = equal, ≈ within 0.1 points"
-"""The legend's title: a line may stand for several series."""
+SAME_LINE_NOTE = "coinciding lines drawn once (= equal, ≈ within 0.1 points), later ones thinner"
+"""The legend's title: a line may stand for several series, and lines that meet along a
+stretch show each other's edges."""
 
 
 class Line(NamedTuple):
@@ -244,17 +245,21 @@ def write_line_plot(
     figure, all_axes = plt.subplots(1, len(panels), figsize=(8 * len(panels), 5), squeeze=False)
     legends = []
     for axes, (panel, lines) in zip(all_axes[0], panels):
-        for line in lines:
+        for number, line in enumerate(lines):
             colour, style, _ = line.members[0]
             style_number = style_keys.index(style)
             x_values, rates = zip(*line.points)
+            # Different lines can still meet along a stretch: each is drawn thinner than
+            # the one before it, so one that runs over another leaves its edges showing.
+            narrowing = number / max(1, len(lines) - 1)
             axes.plot(
                 x_values,
                 [100 * rate for rate in rates],
                 color=colours(colour_keys.index(colour) % 10),
                 marker=markers[style_number % len(markers)],
                 linestyle=line_styles[style_number % len(line_styles)],
-                markersize=5,
+                linewidth=3.5 - 2.25 * narrowing,
+                markersize=8 - 4 * narrowing,
                 label=line.label,
             )
         if x_log2:

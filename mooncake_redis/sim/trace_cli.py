@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from mooncake_redis.sim.anchors import trace_note
+from mooncake_redis.sim.anchors import best_possible_note, optimum_note
 from mooncake_redis.sim.arguments import at_least, refuse
 from mooncake_redis.sim.indexes.metrics import TraceRunMetrics, timer_overhead_ns
 from mooncake_redis.sim.indexes.optimum import OPTIMUM_POLICY
@@ -148,8 +148,9 @@ def run_trace(args: argparse.Namespace) -> int:
                                   SERVICE_CSV_NAME, SERVICE_JSON_NAME)
     results = run_trace_experiment(trace, settings, show_progress=not args.no_progress)
     print(format_trace_results(results))
+    print("\n" + wrapped(best_possible_note(trace.best_possible_hit_rate)))
     if OPTIMUM_POLICY in settings.policies:
-        print("\n" + wrapped(trace_note(trace.best_possible_hit_rate)))
+        print("\n" + wrapped(optimum_note()))
     description.update({
         "requests": len(trace.chains),
         "requested_pages": trace.requested_pages,

@@ -195,9 +195,12 @@ def test_bad_router_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture
     assert message in capsys.readouterr().err
 
 
-def test_the_study_runs_in_memory_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_study_runs_on_a_trace_in_memory_only(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
     write_trace(tmp_path / "t.jsonl", [[1, 2]])
     assert _run_sim(["--trace", str(tmp_path / "t.jsonl"), "--routers", "--backend", "redis",
                      "--out", str(tmp_path / "out")]) == 2
     assert "--routers runs in memory" in capsys.readouterr().err
+    assert _run_sim(["--routers", "--out", str(tmp_path / "out")]) == 2
+    assert "--routers needs a trace: add --trace FILE" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
