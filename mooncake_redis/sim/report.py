@@ -85,22 +85,26 @@ def format_table(rows: Sequence[Any], columns: Sequence[Column], title: str = ""
     return "\n".join(([wrapped(title)] if title else []) + lines)
 
 
-RATE_COLUMNS = (
+RUN_COLUMNS = (
     text_column("index", "index"),
     text_column("policy", "policy"),
     number_column("capacity", "capacity_fraction", "{:.2f}"),
+)
+"""What names a run: every in-memory table starts with them."""
+
+TIMING_COLUMNS = (
+    pair_column("lookup p50/p99", "lookup_p50_ns", "lookup_p99_ns", "{:,.0f}"),
+    pair_column("evict p50/p99", "eviction_p50_ns", "eviction_p99_ns", "{:,.0f}"),
+)
+"""Median/p99 of the timed calls (ns)."""
+
+RATE_COLUMNS = (
+    *RUN_COLUMNS,
     number_column("hit rate", "hit_rate", "{:.2%}"),
     number_column("of optimum", "hit_rate_of_optimum", "{:.1%}"),
     number_column("evicted", "evicted_entries", "{:,}"),
 )
-COST_COLUMNS = (
-    text_column("index", "index"),
-    text_column("policy", "policy"),
-    number_column("capacity", "capacity_fraction", "{:.2f}"),
-    pair_column("lookup p50/p99", "lookup_p50_ns", "lookup_p99_ns", "{:,.0f}"),
-    pair_column("evict p50/p99", "eviction_p50_ns", "eviction_p99_ns", "{:,.0f}"),
-    number_column("memory B", "memory_bytes", "{:,}"),
-)
+COST_COLUMNS = (*RUN_COLUMNS, *TIMING_COLUMNS, number_column("memory B", "memory_bytes", "{:,}"))
 
 
 def format_results(results: Sequence[RunMetrics]) -> str:

@@ -14,12 +14,13 @@ from mooncake_redis.sim.arguments import at_least, refuse
 from mooncake_redis.sim.indexes.metrics import TraceRunMetrics, timer_overhead_ns
 from mooncake_redis.sim.indexes.optimum import OPTIMUM_POLICY
 from mooncake_redis.sim.report import (
+    RUN_COLUMNS,
+    TIMING_COLUMNS,
     PlotPanel,
     bytes_column,
     format_table,
     number_column,
     pair_column,
-    text_column,
     wrapped,
     write_hit_rate_plot,
     write_results,
@@ -44,9 +45,7 @@ SERVICE_JSON_NAME = "trace_redis_results.json"
 PLOT_NAME = "sim_trace_hit_rate.png"
 
 RATE_COLUMNS = (
-    text_column("index", "index"),
-    text_column("policy", "policy"),
-    number_column("capacity", "capacity_fraction", "{:.2f}"),
+    *RUN_COLUMNS,
     number_column("per-page", "hit_rate", "{:.2%}"),
     number_column("usable", "usable_prefix_hit_rate", "{:.2%}"),
     number_column("of optimum", "usable_prefix_hit_rate_of_optimum", "{:.1%}"),
@@ -55,11 +54,8 @@ RATE_COLUMNS = (
     bytes_column("peak orphaned", "peak_orphaned_bytes"),
 )
 COST_COLUMNS = (
-    text_column("index", "index"),
-    text_column("policy", "policy"),
-    number_column("capacity", "capacity_fraction", "{:.2f}"),
-    pair_column("lookup p50/p99", "lookup_p50_ns", "lookup_p99_ns", "{:,.0f}"),
-    pair_column("evict p50/p99", "eviction_p50_ns", "eviction_p99_ns", "{:,.0f}"),
+    *RUN_COLUMNS,
+    *TIMING_COLUMNS,
     number_column("B/page", "memory_bytes_per_page", "{:,.0f}"),
     number_column("seconds", "seconds", "{:.2f}"),
 )
