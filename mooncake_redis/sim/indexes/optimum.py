@@ -16,7 +16,8 @@ span, each position's entries layer by layer and head by head."""
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from mooncake_redis.sim.indexes.workload import SpanKind, Workload
 
@@ -108,3 +109,19 @@ def belady_hits(references: References, capacity: int) -> OptimumCounts:
         cached[entry] = next_use
         push(farthest_first, (-next_use, entry))
     return OptimumCounts(references.reads, hits, evicted)
+
+
+RowT = TypeVar("RowT", bound=Any)
+
+
+def with_share_of_optimum(results: list[RowT], rate: str, share: str) -> list[RowT]:
+    """Each row (a dataclass with `policy` and `capacity_fraction`) with its `share` field
+    set to its `rate` over the optimum row's at the same capacity, where the optimum ran
+    and hit anything."""
+    optimum = {result.capacity_fraction: getattr(result, rate) for result in results
+               if result.policy == OPTIMUM_POLICY}
+    return [
+        replace(result, **{share: getattr(result, rate) / optimum[result.capacity_fraction]})
+        if optimum.get(result.capacity_fraction) else result
+        for result in results
+    ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -27,6 +27,7 @@ from mooncake_redis.sim.indexes.optimum import (
     OPTIMUM_POLICY,
     References,
     belady_hits,
+    with_share_of_optimum,
     workload_references,
 )
 from mooncake_redis.sim.indexes.policies import (
@@ -297,17 +298,6 @@ def run_optimum(workload: Workload, references: References, fraction: float) -> 
     )
 
 
-def with_share_of_optimum(results: list[RunMetrics]) -> list[RunMetrics]:
-    """Each row with its hit rate over the optimum's at the same capacity, where it ran."""
-    optimum = {result.capacity_fraction: result.hit_rate for result in results
-               if result.policy == OPTIMUM_POLICY}
-    return [
-        replace(result, hit_rate_of_optimum=result.hit_rate / optimum[result.capacity_fraction])
-        if optimum.get(result.capacity_fraction) else result
-        for result in results
-    ]
-
-
 def run_experiment(
     workload: Workload, settings: SimulationSettings, show_progress: bool = True
 ) -> list[RunMetrics]:
@@ -340,4 +330,4 @@ def run_experiment(
                 memory_by_index_and_capacity[memory_key],
             )
         )
-    return with_share_of_optimum(results)
+    return with_share_of_optimum(results, "hit_rate", "hit_rate_of_optimum")

@@ -9,12 +9,12 @@ import gc
 import time
 import tracemalloc
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from tqdm import tqdm
 
 from mooncake_redis.sim.indexes.metrics import TraceRunMetrics, mean, percentiles
-from mooncake_redis.sim.indexes.optimum import OPTIMUM_POLICY
+from mooncake_redis.sim.indexes.optimum import OPTIMUM_POLICY, with_share_of_optimum
 from mooncake_redis.sim.indexes.runner import (
     check_capacity_fractions,
     check_names,
@@ -181,17 +181,5 @@ def run_trace_experiment(trace: PageTrace, settings: TraceSettings,
             bytes_per_page[pair] = measure_bytes_per_page(trace, *pair, settings)
         results.append(run_trace_one(trace, index_name, policy_name, fraction, settings,
                                      bytes_per_page[pair]))
-    return with_share_of_optimum(results)
-
-
-def with_share_of_optimum(results: list[TraceRunMetrics]) -> list[TraceRunMetrics]:
-    """Each row with its usable-prefix hit rate over the optimum's at the same capacity,
-    where the optimum ran (on either index: it evicts the same pages on both)."""
-    optimum = {result.capacity_fraction: result.usable_prefix_hit_rate for result in results
-               if result.policy == OPTIMUM_POLICY}
-    return [
-        replace(result, usable_prefix_hit_rate_of_optimum=(
-            result.usable_prefix_hit_rate / optimum[result.capacity_fraction]))
-        if optimum.get(result.capacity_fraction) else result
-        for result in results
-    ]
+    return with_share_of_optimum(results, "usable_prefix_hit_rate",
+                                 "usable_prefix_hit_rate_of_optimum")
