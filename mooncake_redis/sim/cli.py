@@ -8,6 +8,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from mooncake_redis.sim.anchors import optimum_note
 from mooncake_redis.sim.arguments import (
     at_least,
     capacity_fraction,
@@ -16,8 +17,9 @@ from mooncake_redis.sim.arguments import (
     refuse,
 )
 from mooncake_redis.sim.indexes.metrics import timer_overhead_ns
-from mooncake_redis.sim.indexes.policies import POLICY_NAMES
+from mooncake_redis.sim.indexes.optimum import OPTIMUM_POLICY
 from mooncake_redis.sim.indexes.runner import (
+    EXPERIMENT_POLICY_NAMES,
     INDEX_NAMES,
     QUICK_CAPACITIES,
     QUICK_POLICIES,
@@ -35,9 +37,11 @@ from mooncake_redis.sim.report import (
     CSV_NAME,
     JSON_NAME,
     PLOT_NAME,
-    format_table,
+    format_results,
+    wrapped,
     write_hit_rate_plot,
     write_results,
+    written_line,
 )
 from mooncake_redis.sim.service_cli import add_service_arguments
 from mooncake_redis.sim.trace_cli import add_trace_arguments, run_trace
@@ -98,10 +102,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     experiment.add_argument(
         "--policies",
-        type=names_from(POLICY_NAMES, "policy"),
+        type=names_from(EXPERIMENT_POLICY_NAMES, "policy"),
         default=argparse.SUPPRESS,  # the default run's, --full's, or --trace's
-        help=f"comma-separated eviction policies, from {', '.join(POLICY_NAMES)} (default: "
-             f"{','.join(QUICK_POLICIES)}; with --full or --trace all of them)",
+        help=f"comma-separated eviction policies, from {', '.join(EXPERIMENT_POLICY_NAMES)} "
+             f"({OPTIMUM_POLICY}: the offline optimum, evicting what is used again "
+             f"farthest ahead) (default: {','.join(QUICK_POLICIES)}; with --full or --trace "
+             "all of them)",
     )
     experiment.add_argument(
         "--capacities",
@@ -173,13 +179,15 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def fill_matrix_defaults(args: argparse.Namespace) -> None:
     """The policies and capacities not given: the default run's (QUICK_*), or with --full
-    or --trace every policy and SimulationSettings' capacities."""
+    or --trace every policy and SimulationSettings' capacities; with --routers, a pool
+    that keeps every page."""
     full = SimulationSettings()
     whole = args.full or hasattr(args, "trace")
     if not hasattr(args, "policies"):
         args.policies = full.policies if whole else QUICK_POLICIES
     if not hasattr(args, "capacities"):
-        args.capacities = full.capacity_fractions if whole else QUICK_CAPACITIES
+        args.capacities = ((1.0,) if hasattr(args, "routers")
+                           else full.capacity_fractions if whole else QUICK_CAPACITIES)
 
 
 def simulation_settings(args: argparse.Namespace) -> SimulationSettings:
@@ -200,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
     fill_matrix_defaults(args)
     if hasattr(args, "trace"):
         return run_trace(args)
+    if hasattr(args, "routers"):
+        return refuse("--routers needs a trace: add --trace FILE")
     try:
         config = WorkloadConfig(
             **{field.name: getattr(args, field.name) for field in fields(WorkloadConfig)})
@@ -210,7 +220,9 @@ def run(args: argparse.Namespace) -> int:
     if args.backend == "redis":
         return run_redis_backend(workload, args)
     results = run_experiment(workload, settings, show_progress=not args.no_progress)
-    print(format_table(results))
+    print(format_results(results))
+    if OPTIMUM_POLICY in settings.policies:
+        print("\n" + wrapped(optimum_note()))
     description = {
         "workload": asdict(config),
         "working_set_entries": workload.working_set_entries,
@@ -222,5 +234,5 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         written.append(args.out / PLOT_NAME)
         write_hit_rate_plot(results, written[-1])
-    print("wrote " + ", ".join(str(path) for path in written))
+    print(written_line(written))
     return 0

@@ -11,7 +11,14 @@ from typing import Any
 
 from mooncake_redis.settings import DEFAULT_URL, ENV_URL, Settings
 from mooncake_redis.sim.arguments import integers_at_least, names_from
-from mooncake_redis.sim.report import format_table, write_results
+from mooncake_redis.sim.report import (
+    format_table,
+    number_column,
+    pair_column,
+    text_column,
+    write_results,
+    written_line,
+)
 from mooncake_redis.sim.service.replay import READ_LEASE_TTL_MS, PageLayout
 from mooncake_redis.sim.service.runner import (
     MODE_NAMES,
@@ -25,22 +32,24 @@ from mooncake_redis.urls import redact
 
 DEFAULT_NAMESPACE = "mc"
 
-TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("mode", "{}"),
-    ("leaves_per_round", "{:,}"),
-    ("capacity_fraction", "{:.2f}"),
-    ("capacity_pages", "{:,}"),
-    ("hit_rate", "{:.2%}"),
-    ("usable_prefix_hit_rate", "{:.2%}"),
-    ("ideal_usable_prefix_hit_rate", "{:.2%}"),
-    ("ideal_watermark_usable_prefix_hit_rate", "{:.2%}"),
-    ("pages_not_stored", "{:,}"),
-    ("eviction_jobs", "{:,}"),
-    ("orphaned_pages", "{:,}"),
-    ("peak_orphaned_pages", "{:,}"),
-    ("peak_orphaned_bytes", "{:,}"),
-    ("census_orphaned_pages", "{:,}"),
-    ("seconds", "{:.1f}"),
+TABLE_COLUMNS = (
+    text_column("mode", "mode"),
+    number_column("leaves", "leaves_per_round", "{:,}"),
+    number_column("capacity", "capacity_fraction", "{:.2f}"),
+    number_column("per-page", "hit_rate", "{:.2%}"),
+    number_column("usable", "usable_prefix_hit_rate", "{:.2%}"),
+    number_column("ideal", "ideal_usable_prefix_hit_rate", "{:.2%}"),
+    number_column("at marks", "ideal_watermark_usable_prefix_hit_rate", "{:.2%}"),
+    number_column("jobs", "eviction_jobs", "{:,}"),
+    pair_column("orphans", "orphaned_pages", "peak_orphaned_pages", "{:,}"),
+    number_column("census", "census_orphaned_pages", "{:,}"),
+    number_column("seconds", "seconds", "{:.1f}"),
+)
+TABLE_TITLE = (
+    "On the service (leaves: per eviction round; capacity: fraction of the distinct pages; "
+    "usable: the leading run found stored; ideal: in-memory leaf-first LRU at the capacity; "
+    "at marks: the same at the service's watermarks, in exact order; orphans: pages "
+    "stored without their parent page, at the end/peak; census: the end's, read page by page)"
 )
 
 
@@ -84,7 +93,7 @@ def run_service_replay(pages: ServicePages, layout: PageLayout, settings: Servic
     load_before = os.getloadavg()
     results = run_on_service(pages, layout, settings, url, namespace,
                              show_progress=not args.no_progress)
-    print(format_table(results, TABLE_COLUMNS))
+    print(format_table(results, TABLE_COLUMNS, TABLE_TITLE))
     description = {
         **description,
         "requests": len(pages.trace.chains),
@@ -104,5 +113,5 @@ def run_service_replay(pages: ServicePages, layout: PageLayout, settings: Servic
     }
     written = write_results(results, description, args.out, csv_name, json_name,
                             ServiceRunMetrics)
-    print("wrote " + ", ".join(str(path) for path in written))
+    print(written_line(written))
     return 0

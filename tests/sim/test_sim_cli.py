@@ -11,6 +11,7 @@ import pytest
 
 from mooncake_redis.sim import __main__ as sim_main
 from mooncake_redis.sim.cli import register, simulation_settings
+from mooncake_redis.sim.indexes.optimum import OPTIMUM_INDEX, OPTIMUM_POLICY
 from mooncake_redis.sim.indexes.policies import POLICY_NAMES
 from mooncake_redis.sim.indexes.runner import QUICK_CAPACITIES, QUICK_POLICIES
 
@@ -34,12 +35,14 @@ def _run_sim(arguments: list[str]) -> int:
 
 def test_the_default_run_is_the_quick_matrix_and_full_is_one_option_away() -> None:
     """`sim` with no options compares every index under the two LRU policies at three
-    capacities (24 runs, about 30 s on 2 cores); --full is the whole matrix (48)."""
+    capacities, and the optimum at each (27 runs, under 30 s on 2 cores); --full is the
+    whole matrix (52)."""
     quick = simulation_settings(_parse([]))
     assert (quick.policies, quick.capacity_fractions) == (QUICK_POLICIES, QUICK_CAPACITIES)
-    assert len(quick.combinations()) == 4 * 2 * 3
+    assert len(quick.combinations()) == 4 * 2 * 3 + 3
     full = simulation_settings(_parse(["--full"]))
-    assert full.policies == POLICY_NAMES and len(full.combinations()) == 4 * 3 * 4
+    assert full.policies == (*POLICY_NAMES, OPTIMUM_POLICY)
+    assert len(full.combinations()) == 4 * 3 * 4 + 4
     assert len(simulation_settings(_parse(["--full", "--policies", "lru"])).combinations()) \
         == 4 * 1 * 4
     assert simulation_settings(_parse(["--capacities", "0.3"])).capacity_fractions == (0.3,)
@@ -61,12 +64,17 @@ def test_a_run_prints_the_table_and_writes_csv_json_and_png(
                      "--plot"])
     assert code == 0
     printed = capsys.readouterr().out
-    assert "hit_rate" in printed and "prefix-protected" in printed and "bitwise-radix" in printed
+    assert "hit rate" in printed and "prefix-protected" in printed and "bitwise-radix" in printed
+    assert "of optimum" in printed and "belady" in printed
     with (out / "results.csv").open() as handle:
         rows = list(csv.DictReader(handle))
-    assert len(rows) == 2 * 3 * 4  # capacities x policies x indexes
-    assert {row["index"] for row in rows} == {"hash", "hash-bounded-scan", "radix", "bitwise-radix"}
+    assert len(rows) == 2 * (3 * 4 + 1)  # capacities x (policies x indexes + the optimum)
+    assert {row["index"] for row in rows} == {
+        "hash", "hash-bounded-scan", "radix", "bitwise-radix", OPTIMUM_INDEX}
     assert all(0 <= float(row["hit_rate"]) <= 1 and int(row["reads"]) > 0 for row in rows)
+    assert all(0 <= float(row["hit_rate_of_optimum"]) <= 1 for row in rows)
+    optimum_rows = [row for row in rows if row["policy"] == OPTIMUM_POLICY]
+    assert [row["lookup_p50_ns"] for row in optimum_rows] == ["", ""]  # nobody timed it
     document = json.loads((out / "results.json").read_text())
     assert document["run"]["workload"]["sessions"] == 2
     assert [r["hit_rate"] for r in document["results"]] == [float(r["hit_rate"]) for r in rows]

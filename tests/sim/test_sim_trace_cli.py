@@ -37,10 +37,11 @@ def test_a_trace_run_prints_the_table_and_writes_csv_json_and_png(
                      "--plot", "--no-progress"])
     assert code == 0
     printed = capsys.readouterr().out
-    assert "usable_prefix_hit_rate" in printed and "block-heat" in printed
+    assert "usable" in printed and "block-heat" in printed and "of optimum" in printed
+    assert "Best possible on this trace" in printed and "66% (synthetic)" in printed
     with (out / CSV_NAME).open() as handle:
         rows = list(csv.DictReader(handle))
-    assert len(rows) == 2 * 3 * 2  # capacities x policies x indexes
+    assert len(rows) == 2 * 4 * 2  # capacities x policies (the optimum too) x indexes
     assert {row["index"] for row in rows} == {"hash", "radix"}
     for row in rows:
         assert int(row["requests"]) == 400
@@ -50,7 +51,7 @@ def test_a_trace_run_prints_the_table_and_writes_csv_json_and_png(
     document = json.loads((out / JSON_NAME).read_text())
     assert document["run"]["requests"] == 400 and document["run"]["page_tokens"] == 512
     distinct = document["run"]["distinct_pages"]
-    assert [r["capacity_pages"] for r in document["results"][:6]] == [round(0.1 * distinct)] * 6
+    assert [r["capacity_pages"] for r in document["results"][:8]] == [round(0.1 * distinct)] * 8
     assert (out / PLOT_NAME).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

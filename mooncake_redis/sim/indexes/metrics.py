@@ -24,20 +24,25 @@ class RunMetrics:
     reads: int
     hits: int
     hit_rate: float
-    lookup_mean_ns: float
-    lookup_p99_ns: float
+    lookup_mean_ns: float | None
+    """The timings and memory are None on the optimum's row, which no index ran."""
+    lookup_p50_ns: float | None
+    lookup_p99_ns: float | None
     evictions: int
     evicted_entries: int
-    eviction_mean_ns: float
-    eviction_p99_ns: float
-    eviction_ns_per_entry: float
+    eviction_mean_ns: float | None
+    eviction_p50_ns: float | None
+    eviction_p99_ns: float | None
+    eviction_ns_per_entry: float | None
     """Total eviction time over entries evicted: comparable across policies that evict
     one entry (LRU) or a whole block at a time."""
-    retier_total_ms: float
+    retier_total_ms: float | None
     """Time spent moving entries between LRU tiers when a question is asked or answered."""
-    memory_bytes: int
+    memory_bytes: int | None
     """tracemalloc bytes of the index alone, filled to capacity (same for every policy)."""
     seconds: float
+    hit_rate_of_optimum: float | None = None
+    """hit_rate over the offline optimum's at the same capacity (when it was run)."""
 
 
 def mean(values: Sequence[int]) -> float:
@@ -46,11 +51,19 @@ def mean(values: Sequence[int]) -> float:
 
 def percentile(values: Sequence[int], fraction: float) -> float:
     """Nearest-rank percentile (fraction in 0..1); 0.0 for no values."""
+    return percentiles(values, (fraction,))[0]
+
+
+def percentiles(values: Sequence[int], fractions: Sequence[float]) -> list[float]:
+    """Nearest-rank percentiles (fractions in 0..1) of one sort; 0.0 each for no values.
+
+    The table shows the median beside the p99, not the mean: a few samples that waited on
+    a loaded machine (a preemption, a page fault) can lift the mean above the p99."""
     if not values:
-        return 0.0
+        return [0.0] * len(fractions)
     ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * fraction // 1))  # ceiling without float surprises
-    return float(ordered[int(rank) - 1])
+    ranks = (max(1, -(-len(ordered) * fraction // 1)) for fraction in fractions)  # ceiling
+    return [float(ordered[int(rank) - 1]) for rank in ranks]
 
 
 def measure_index_memory(
@@ -108,9 +121,11 @@ class TraceRunMetrics:
     peak_orphaned_pages: int
     peak_orphaned_bytes: int
     lookup_ns_per_page: float
+    lookup_p50_ns: float
     lookup_p99_ns: float
     """Per request (a whole chain's lookup)."""
     eviction_mean_ns: float
+    eviction_p50_ns: float
     eviction_p99_ns: float
     memory_bytes_per_page: float
     """tracemalloc bytes of the index, the policy's state and the eviction heap, per page,
@@ -118,3 +133,6 @@ class TraceRunMetrics:
     memory_bytes: int
     """memory_bytes_per_page x capacity_pages: the cache full, stale heap entries aside."""
     seconds: float
+    usable_prefix_hit_rate_of_optimum: float | None = None
+    """usable_prefix_hit_rate over the offline optimum's at the same capacity (when it was
+    run)."""

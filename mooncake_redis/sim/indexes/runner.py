@@ -20,7 +20,15 @@ from mooncake_redis.sim.indexes.metrics import (
     RunMetrics,
     mean,
     measure_index_memory,
-    percentile,
+    percentiles,
+)
+from mooncake_redis.sim.indexes.optimum import (
+    OPTIMUM_INDEX,
+    OPTIMUM_POLICY,
+    References,
+    belady_hits,
+    with_share_of_optimum,
+    workload_references,
 )
 from mooncake_redis.sim.indexes.policies import (
     POLICY_NAMES,
@@ -40,12 +48,15 @@ INDEX_NAMES = (
 )
 
 
-QUICK_POLICIES = (LruPolicy.name, PrefixProtectedLruPolicy.name)
+EXPERIMENT_POLICY_NAMES = (*POLICY_NAMES, OPTIMUM_POLICY)
+"""The online policies, run on every index, and the offline optimum, one row per capacity."""
+
+QUICK_POLICIES = (LruPolicy.name, PrefixProtectedLruPolicy.name, OPTIMUM_POLICY)
 QUICK_CAPACITIES = (0.05, 0.1, 0.2)
-"""`sim` with no options: every index under the two LRU policies, at the capacities where
-they differ and the first where they meet (about 30 s on 2 cores). `--full` runs the whole
-matrix of SimulationSettings' defaults (every policy, block-heat's slow evictions
-included, and capacity 0.4: about three times as long)."""
+"""`sim` with no options: every index under the two LRU policies, and the optimum, at the
+capacities where they differ and the first where they meet (under 30 s on 2 cores).
+`--full` runs the whole matrix of SimulationSettings' defaults (every policy, block-heat's
+slow evictions included, and capacity 0.4: about three times as long)."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +64,7 @@ class SimulationSettings:
     """Which combinations to run, and the knobs of the indexes and policies that have them."""
 
     indexes: tuple[str, ...] = INDEX_NAMES
-    policies: tuple[str, ...] = POLICY_NAMES
+    policies: tuple[str, ...] = EXPERIMENT_POLICY_NAMES
     capacity_fractions: tuple[float, ...] = (0.05, 0.1, 0.2, 0.4)
     scan_limit: int = 16
     block_tokens: int = 16
@@ -61,14 +72,22 @@ class SimulationSettings:
 
     def __post_init__(self) -> None:
         check_names("index", self.indexes, INDEX_NAMES)
-        check_names("policy", self.policies, POLICY_NAMES)
+        check_names("policy", self.policies, EXPERIMENT_POLICY_NAMES)
         check_capacity_fractions(self.capacity_fractions)
         for name in ("scan_limit", "block_tokens", "half_life_uses"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
     def combinations(self) -> list[tuple[str, str, float]]:
-        return combinations(self.indexes, self.policies, self.capacity_fractions)
+        """Every (index, online policy, capacity), and after each capacity's the optimum's
+        one run (index OPTIMUM_INDEX: it is the same on every index)."""
+        online = [policy for policy in self.policies if policy != OPTIMUM_POLICY]
+        runs = []
+        for fraction in self.capacity_fractions:
+            runs += combinations(self.indexes, online, (fraction,))
+            if OPTIMUM_POLICY in self.policies:
+                runs.append((OPTIMUM_INDEX, OPTIMUM_POLICY, fraction))
+        return runs
 
 
 def combinations(indexes: Sequence[str], policies: Sequence[str],
@@ -225,6 +244,8 @@ def run_one(
     finally:
         gc.enable()
     reads = len(replay.lookup_ns)
+    lookup_p50, lookup_p99 = percentiles(replay.lookup_ns, (0.5, 0.99))
+    eviction_p50, eviction_p99 = percentiles(replay.eviction_ns, (0.5, 0.99))
     return RunMetrics(
         index=index_name,
         policy=policy_name,
@@ -234,15 +255,46 @@ def run_one(
         hits=replay.hits,
         hit_rate=replay.hits / reads if reads else 0.0,
         lookup_mean_ns=mean(replay.lookup_ns),
-        lookup_p99_ns=percentile(replay.lookup_ns, 0.99),
+        lookup_p50_ns=lookup_p50,
+        lookup_p99_ns=lookup_p99,
         evictions=len(replay.eviction_ns),
         evicted_entries=replay.evicted_entries,
         eviction_mean_ns=mean(replay.eviction_ns),
-        eviction_p99_ns=percentile(replay.eviction_ns, 0.99),
+        eviction_p50_ns=eviction_p50,
+        eviction_p99_ns=eviction_p99,
         eviction_ns_per_entry=sum(replay.eviction_ns) / max(1, replay.evicted_entries),
         retier_total_ms=replay.retier_ns / 1e6,
         memory_bytes=memory_bytes,
         seconds=time.perf_counter() - started,
+    )
+
+
+def run_optimum(workload: Workload, references: References, fraction: float) -> RunMetrics:
+    """The optimum's row: its hits at one capacity; nothing of it is timed or held."""
+    capacity = capacity_entries(workload, fraction)
+    started = time.perf_counter()
+    counts = belady_hits(references, capacity)
+    return RunMetrics(
+        index=OPTIMUM_INDEX,
+        policy=OPTIMUM_POLICY,
+        capacity_fraction=fraction,
+        capacity_entries=capacity,
+        reads=counts.reads,
+        hits=counts.hits,
+        hit_rate=counts.hits / counts.reads if counts.reads else 0.0,
+        lookup_mean_ns=None,
+        lookup_p50_ns=None,
+        lookup_p99_ns=None,
+        evictions=counts.evicted_entries,
+        evicted_entries=counts.evicted_entries,
+        eviction_mean_ns=None,
+        eviction_p50_ns=None,
+        eviction_p99_ns=None,
+        eviction_ns_per_entry=None,
+        retier_total_ms=None,
+        memory_bytes=None,
+        seconds=time.perf_counter() - started,
+        hit_rate_of_optimum=1.0,
     )
 
 
@@ -251,10 +303,16 @@ def run_experiment(
 ) -> list[RunMetrics]:
     """Every combination of the settings, in a stable order, with a progress bar on stderr."""
     memory_by_index_and_capacity: dict[tuple[str, int], int] = {}
+    references = (workload_references(workload) if OPTIMUM_POLICY in settings.policies
+                  else None)
     results = []
     for index_name, policy_name, fraction in tqdm(
         settings.combinations(), desc="sim", unit="run", disable=not show_progress
     ):
+        if policy_name == OPTIMUM_POLICY:
+            assert references is not None
+            results.append(run_optimum(workload, references, fraction))
+            continue
         capacity = capacity_entries(workload, fraction)
         memory_key = (index_name, capacity)
         if memory_key not in memory_by_index_and_capacity:
@@ -272,4 +330,4 @@ def run_experiment(
                 memory_by_index_and_capacity[memory_key],
             )
         )
-    return results
+    return with_share_of_optimum(results, "hit_rate", "hit_rate_of_optimum")

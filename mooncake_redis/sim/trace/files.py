@@ -1,4 +1,5 @@
-"""Mooncake trace files (FAST'25 JSONL): one request a line, its prefix blocks as hash ids."""
+"""Mooncake trace files (FAST'25 JSONL): one request a line, its prefix blocks as hash ids
+(and, in our generated traces, the session it belongs to)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ class TraceRequest(NamedTuple):
     input_length: int
     output_length: int
     hash_ids: tuple[int, ...]
+    session: int | None = None
+    """The conversation it belongs to, where the trace says (an optional `session` field,
+    which our generated traces carry; Mooncake's do not)."""
 
 
 def _is_integer(value: Any) -> bool:
@@ -52,8 +56,11 @@ def parse_request(text: str, line: int) -> TraceRequest:
     for position, block_id in enumerate(hash_ids):
         if not _is_integer(block_id):
             raise ValueError(f"hash_ids[{position}] {block_id!r} is not an integer")
+    session = record.get("session")
+    if session is not None and not _is_integer(session):
+        raise ValueError(f"session {session!r} is not an integer")
     return TraceRequest(line, timestamp, record["input_length"], record["output_length"],
-                        tuple(hash_ids))
+                        tuple(hash_ids), session)
 
 
 def iter_trace(path: Path, limit: int | None = None) -> Iterator[TraceRequest]:

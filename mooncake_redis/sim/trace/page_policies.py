@@ -23,6 +23,9 @@ class PagePolicy(ABC):
     def __init__(self) -> None:
         self._ticks = 0
 
+    def start_request(self) -> None:  # noqa: B027 (an optional hook)
+        """A request begins: the offline optimum counts them, to know which comes next."""
+
     @abstractmethod
     def record_use(self, page: int) -> float:
         """A request used `page` (a hit, or the page it just stored); returns its new score."""

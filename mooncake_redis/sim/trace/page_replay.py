@@ -129,6 +129,7 @@ class PageReplay:
 
     def serve(self, chain: Sequence[int]) -> None:
         counters, cached = self.counters, self.cached
+        self.policy.start_request()
         start = time.perf_counter_ns()
         hits, usable = self.index.match(chain)
         counters.lookup_ns.append(time.perf_counter_ns() - start)

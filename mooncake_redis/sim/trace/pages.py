@@ -31,6 +31,8 @@ class PageTrace:
     block_ids: list[int]
     """Page -> its hash id in the trace."""
     page_tokens: int = TRACE_BLOCK_TOKENS
+    sessions: list[int] | None = None
+    """Request -> its session, when every request of the trace names one."""
 
     @property
     def distinct_pages(self) -> int:
@@ -39,6 +41,14 @@ class PageTrace:
     @property
     def requested_pages(self) -> int:
         return sum(map(len, self.chains))
+
+    @property
+    def best_possible_hit_rate(self) -> float:
+        """The hit rate of a cache that keeps every page: only a page's first use misses
+        (and a page's ancestors were all used before it was, so every later use of it is in
+        its chain's cached leading run: per-page and usable-prefix alike)."""
+        requested = self.requested_pages
+        return (requested - self.distinct_pages) / requested if requested else 0.0
 
 
 def build_page_trace(requests: Iterable[TraceRequest], source: str,
@@ -52,6 +62,7 @@ def build_page_trace(requests: Iterable[TraceRequest], source: str,
     block_ids: list[int] = []
     first_lines: list[int] = []
     chains: list[tuple[int, ...]] = []
+    sessions: list[int | None] = []
 
     def describe(parent: int) -> str:
         return "the start of the request" if parent == NO_PARENT else f"id {block_ids[parent]}"
@@ -75,7 +86,10 @@ def build_page_trace(requests: Iterable[TraceRequest], source: str,
             chain.append(page)
             parent = page
         chains.append(tuple(chain))
-    return PageTrace(source, chains, parents, block_ids, page_tokens)
+        sessions.append(request.session)
+    named = [session for session in sessions if session is not None]
+    return PageTrace(source, chains, parents, block_ids, page_tokens,
+                     named if len(named) == len(sessions) else None)
 
 
 def read_page_trace(path: Path, limit: int | None = None) -> PageTrace:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from mooncake_redis.sim.indexes.metrics import TraceRunMetrics, mean, percentile
+from mooncake_redis.sim.indexes.metrics import TraceRunMetrics, mean, percentiles
+from mooncake_redis.sim.indexes.optimum import OPTIMUM_POLICY, with_share_of_optimum
 from mooncake_redis.sim.indexes.runner import (
     check_capacity_fractions,
     check_names,
@@ -23,6 +24,7 @@ from mooncake_redis.sim.indexes.workload import WorkloadConfig
 from mooncake_redis.sim.trace.files import TRACE_BLOCK_TOKENS
 from mooncake_redis.sim.trace.kv_layout import kv_page_bytes
 from mooncake_redis.sim.trace.page_index import HashPageIndex, PageIndex, RadixPageTree
+from mooncake_redis.sim.trace.page_optimum import PageBeladyPolicy
 from mooncake_redis.sim.trace.page_policies import (
     PAGE_POLICY_NAMES,
     PageBlockHeatPolicy,
@@ -38,6 +40,8 @@ PAGE_INDEXES: dict[str, Callable[[Sequence[int]], PageIndex]] = {
     RadixPageTree.name: RadixPageTree,
 }
 TRACE_INDEX_NAMES = tuple(PAGE_INDEXES)
+TRACE_POLICY_NAMES = (*PAGE_POLICY_NAMES, OPTIMUM_POLICY)
+"""The online page policies and the offline optimum, which runs on each index like them."""
 
 DEFAULT_PAGE_BYTES = kv_page_bytes(TRACE_BLOCK_TOKENS, WorkloadConfig.layers,
                                    WorkloadConfig.heads)
@@ -50,7 +54,7 @@ class TraceSettings:
     in, and the bytes of a page (for orphaned bytes)."""
 
     indexes: tuple[str, ...] = TRACE_INDEX_NAMES
-    policies: tuple[str, ...] = PAGE_POLICY_NAMES
+    policies: tuple[str, ...] = TRACE_POLICY_NAMES
     capacity_fractions: tuple[float, ...] = (0.05, 0.1, 0.2, 0.4)
     half_life_uses: int = 4096
     touch_order: str = TOUCH_ORDERS[0]
@@ -58,7 +62,7 @@ class TraceSettings:
 
     def __post_init__(self) -> None:
         check_names("index", self.indexes, TRACE_INDEX_NAMES)
-        check_names("policy", self.policies, PAGE_POLICY_NAMES)
+        check_names("policy", self.policies, TRACE_POLICY_NAMES)
         check_names("touch order", (self.touch_order,), TOUCH_ORDERS)
         check_capacity_fractions(self.capacity_fractions)
         for name in ("half_life_uses", "page_bytes"):
@@ -69,11 +73,13 @@ class TraceSettings:
         return combinations(self.indexes, self.policies, self.capacity_fractions)
 
 
-def make_page_policy(name: str, settings: TraceSettings) -> PagePolicy:
+def make_page_policy(name: str, settings: TraceSettings, trace: PageTrace) -> PagePolicy:
+    """A fresh policy; the optimum reads the trace's future."""
     factories: dict[str, Callable[[], PagePolicy]] = {
         PageLruPolicy.name: PageLruPolicy,
         PagePrefixProtectedPolicy.name: PagePrefixProtectedPolicy,
         PageBlockHeatPolicy.name: lambda: PageBlockHeatPolicy(settings.half_life_uses),
+        PageBeladyPolicy.name: lambda: PageBeladyPolicy(trace.chains, trace.parents),
     }
     return factories[name]()
 
@@ -83,11 +89,13 @@ def capacity_pages(trace: PageTrace, fraction: float) -> int:
     return max(1, round(fraction * trace.distinct_pages))
 
 
-def new_replay(trace: PageTrace, index_name: str, policy_name: str, capacity: int,
+def new_replay(trace: PageTrace, index_name: str, policy: str | PagePolicy, capacity: int,
                settings: TraceSettings, evicted: list[int] | None = None) -> PageReplay:
-    return PageReplay(trace.parents, PAGE_INDEXES[index_name](trace.parents),
-                      make_page_policy(policy_name, settings), capacity,
-                      settings.touch_order, evicted)
+    """A fresh cache under `policy` (a name, or a policy made fresh for it)."""
+    if isinstance(policy, str):
+        policy = make_page_policy(policy, settings, trace)
+    return PageReplay(trace.parents, PAGE_INDEXES[index_name](trace.parents), policy,
+                      capacity, settings.touch_order, evicted)
 
 
 def replay_pages(trace: PageTrace, index_name: str, policy_name: str, capacity: int,
@@ -117,11 +125,12 @@ def measure_bytes_per_page(trace: PageTrace, index_name: str, policy_name: str,
     """Bytes the index, the policy and the heap take per page, holding the trace's first
     MEMORY_SAMPLE_PAGES pages (a tree, since parents come first) and nothing else."""
     pages = list(range(min(MEMORY_SAMPLE_PAGES, trace.distinct_pages)))  # ints made untraced
+    policy = make_page_policy(policy_name, settings, trace)  # the optimum's future untraced
     gc.collect()
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        replay = new_replay(trace, index_name, policy_name, len(pages), settings)
+        replay = new_replay(trace, index_name, policy, len(pages), settings)
         replay.store(pages)
         replay.use(pages)
         after = tracemalloc.get_traced_memory()[0]
@@ -139,6 +148,8 @@ def run_trace_one(trace: PageTrace, index_name: str, policy_name: str, fraction:
     replay = replay_pages(trace, index_name, policy_name, capacity, settings)
     seconds = time.perf_counter() - started
     counters = replay.counters
+    lookup_p50, lookup_p99 = percentiles(counters.lookup_ns, (0.5, 0.99))
+    eviction_p50, eviction_p99 = percentiles(counters.eviction_ns, (0.5, 0.99))
     return TraceRunMetrics(
         index=index_name,
         policy=policy_name,
@@ -146,9 +157,11 @@ def run_trace_one(trace: PageTrace, index_name: str, policy_name: str, fraction:
         capacity_pages=capacity,
         **counters.row_fields(replay.orphans.orphans, settings.page_bytes),
         lookup_ns_per_page=sum(counters.lookup_ns) / max(1, counters.requested_pages),
-        lookup_p99_ns=percentile(counters.lookup_ns, 0.99),
+        lookup_p50_ns=lookup_p50,
+        lookup_p99_ns=lookup_p99,
         eviction_mean_ns=mean(counters.eviction_ns),
-        eviction_p99_ns=percentile(counters.eviction_ns, 0.99),
+        eviction_p50_ns=eviction_p50,
+        eviction_p99_ns=eviction_p99,
         memory_bytes_per_page=bytes_per_page,
         memory_bytes=round(bytes_per_page * capacity),
         seconds=seconds,
@@ -168,4 +181,5 @@ def run_trace_experiment(trace: PageTrace, settings: TraceSettings,
             bytes_per_page[pair] = measure_bytes_per_page(trace, *pair, settings)
         results.append(run_trace_one(trace, index_name, policy_name, fraction, settings,
                                      bytes_per_page[pair]))
-    return results
+    return with_share_of_optimum(results, "usable_prefix_hit_rate",
+                                 "usable_prefix_hit_rate_of_optimum")

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import NamedTuple
 
 from mooncake_redis.sim.trace.files import TRACE_BLOCK_TOKENS
 
@@ -47,9 +48,22 @@ class ChainShape:
                 raise ValueError(f"{name} is a probability, in 0..1")
 
 
+class SyntheticRequest(NamedTuple):
+    chain: list[int]
+    """Hash ids, parent first."""
+    session: int
+    """A new conversation starts a session; a follow-up is in its base's session."""
+
+
 def synthetic_chains(requests: int, seed: int = 0,
                      shape: ChainShape | None = None) -> list[list[int]]:
     """Chains of hash ids, parent first; the same arguments give the same chains."""
+    return [request.chain for request in synthetic_requests(requests, seed, shape)]
+
+
+def synthetic_requests(requests: int, seed: int = 0,
+                       shape: ChainShape | None = None) -> list[SyntheticRequest]:
+    """Chains with their sessions; the same arguments give the same requests."""
     shape = shape or ChainShape()
     rng = random.Random(seed)
     next_id = 0
@@ -61,24 +75,32 @@ def synthetic_chains(requests: int, seed: int = 0,
 
     prompts = [fresh(rng.randint(*shape.system_prompt_pages))
                for _ in range(shape.system_prompts)]
-    chains: list[list[int]] = []
+    made: list[SyntheticRequest] = []
+    sessions = 0
     for _ in range(requests):
-        if chains and rng.random() < shape.follow_up:
-            base = rng.choice(chains[-shape.recent_requests:])
+        if made and rng.random() < shape.follow_up:
+            base, session = rng.choice(made[-shape.recent_requests:])
             if rng.random() < shape.branch:
                 base = base[:rng.randint(1, len(base))]
         else:
-            base = rng.choice(prompts)
-        chains.append(base + fresh(rng.randint(*shape.new_pages)))
-    return chains
+            base, session = rng.choice(prompts), sessions
+            sessions += 1
+        made.append(SyntheticRequest(base + fresh(rng.randint(*shape.new_pages)), session))
+    return made
 
 
-def write_trace(path: Path, chains: Sequence[Sequence[int]]) -> None:
-    """One Mooncake request a line: a millisecond apart, every page a full block."""
+def write_trace(path: Path, chains: Sequence[Sequence[int]],
+                sessions: Sequence[int] | None = None) -> None:
+    """One Mooncake request a line: a millisecond apart, every page a full block; with
+    `sessions`, each line also names its session (a field Mooncake's traces do not have,
+    which readers of them ignore)."""
     with path.open("w", encoding="utf-8") as handle:
         for number, chain in enumerate(chains):
-            record = {"timestamp": number, "input_length": len(chain) * TRACE_BLOCK_TOKENS,
-                      "output_length": 0, "hash_ids": list(chain)}
+            record: dict[str, object] = {
+                "timestamp": number, "input_length": len(chain) * TRACE_BLOCK_TOKENS,
+                "output_length": 0, "hash_ids": list(chain)}
+            if sessions is not None:
+                record["session"] = sessions[number]
             handle.write(json.dumps(record) + "\n")
 
 
@@ -115,11 +137,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                               for field in fields(ChainShape)})
     except ValueError as error:
         parser.error(str(error))
-    chains = synthetic_chains(args.requests, args.seed, shape)
-    write_trace(args.out, chains)
+    made = synthetic_requests(args.requests, args.seed, shape)
+    chains = [request.chain for request in made]
+    write_trace(args.out, chains, [request.session for request in made])
     distinct = len({page for chain in chains for page in chain})
-    print(f"wrote {args.out}: {len(chains)} requests, {sum(map(len, chains))} pages, "
-          f"{distinct} distinct")
+    sessions = len({request.session for request in made})
+    print(f"wrote {args.out}: {len(chains)} requests in {sessions} sessions, "
+          f"{sum(map(len, chains))} pages, {distinct} distinct")
     return 0
 
 
