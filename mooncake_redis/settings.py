@@ -377,10 +377,11 @@ def from_environment(environ: Mapping[str, str] | None = None
              for variable, value in environ.items()
              if variable.startswith(ENV_PREFIX) and variable not in (ENV_URL, ENV_NAMESPACE)}
     for name, (variable, value) in _renamed(named, "environment variable").items():
-        if name in SETTING_NAMES:
-            settings[name] = coerce(name, value)
-        elif name in OPTION_NAMES:
-            options[name] = coerce(name, value)
-        else:
+        if name not in SETTING_NAMES and name not in OPTION_NAMES:
             log.debug("ignoring %s: not a mooncake-redis setting", variable)
+            continue
+        try:
+            (settings if name in SETTING_NAMES else options)[name] = coerce(name, value)
+        except ConfigurationError as error:  # say where the value came from
+            raise ConfigurationError(f"environment variable {variable}: {error}") from None
     return settings, options

@@ -479,7 +479,8 @@ def test_namespaces_on_an_empty_redis_says_so(redis_url: str,
     assert main(["--url", redis_url, "namespaces"]) == 0
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == f"no namespace at {redis_url}\n"
-    assert json_of(capsys, 0, "--url", redis_url, "namespaces", "--json") == {"namespaces": []}
+    assert json_of(capsys, 0, "--url", redis_url, "namespaces", "--json") == {
+        "namespaces": [], "not_readable": []}
 
 
 # -- errors and URLs ---------------------------------------------------------------------
