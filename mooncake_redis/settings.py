@@ -372,7 +372,8 @@ def from_environment(environ: Mapping[str, str] | None = None
     """MOONCAKE_REDIS_<NAME> for every setting and client option. Other variables with
     the prefix (an orchestrator's MOONCAKE_REDIS_PORT, say) are ignored, with a debug log."""
     environ = os.environ if environ is None else environ
-    settings, options = {}, {}
+    settings: dict[str, Any] = {}
+    options: dict[str, Any] = {}
     named = {variable[len(ENV_PREFIX):].lower(): (variable, value)
              for variable, value in environ.items()
              if variable.startswith(ENV_PREFIX) and variable not in (ENV_URL, ENV_NAMESPACE)}
