@@ -3,11 +3,13 @@ redis-server the tests start. Assertions are on what Redis holds and what is pri
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import importlib.metadata
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -24,7 +26,7 @@ from helpers import build_small_tree as build
 
 from mooncake_redis import Index
 from mooncake_redis.capacity.eviction import LOCK_HELD, TARGET_REACHED
-from mooncake_redis.cli.main import main
+from mooncake_redis.cli.main import build_parser, main
 from mooncake_redis.operations.fsck import check
 from mooncake_redis.settings import ENV_URL
 from mooncake_redis.sim import cli as sim_cli
@@ -526,13 +528,25 @@ def test_redis_cli_flags_come_from_the_url_without_its_password() -> None:
     assert safe_url("redis+cluster://u:pw@n1:1,n2:2") == "redis+cluster://u:***@n1:1,n2:2"
 
 
+COMMANDS = ("demo", "stats", "inspect", "tree", "roots", "namespaces", "config", "evict",
+            "worker", "monitor", "events", "ingest", "pods", "fsck", "doctor", "metrics",
+            "segments", "sim")
+"""Every command, as the README's "Command line" lists them."""
+
+
 def test_help_lists_every_command() -> None:
+    """--help lists each command with its help text, in its own entry: the commands the
+    parser has, all of them, and no other."""
     result = run_cli("--help")
     assert result.returncode == 0
-    for command in ("demo", "stats", "inspect", "tree", "roots", "namespaces", "config",
-                    "evict", "worker",
-                    "monitor", "fsck", "doctor", "metrics", "sim"):
-        assert command in result.stdout
+    listed = re.findall(r"^    (\S+) +\S", result.stdout, re.M)  # "    stats   usage, ..."
+    assert sorted(listed) == sorted(COMMANDS), listed
+    parser = next(action for action in build_parser()._actions
+                  if isinstance(action, argparse._SubParsersAction))
+    assert sorted(parser.choices) == sorted(COMMANDS)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    synopsis = readme.split("## Command line", 1)[1].split("```", 2)[1]
+    assert sorted(set(re.findall(r"^  ([a-z]+) ", synopsis, re.M))) == sorted(COMMANDS)
 
 
 
