@@ -163,10 +163,12 @@ def test_the_printed_redis_cli_commands_show_the_raw_data(
     commands = [line.strip() for line in capsys.readouterr().out.splitlines()
                 if line.strip().startswith("redis-cli ")]
     assert len(commands) == 2
-    hgetall = subprocess.run(shlex.split(commands[0]), capture_output=True, text=True, check=True)
+    hgetall = subprocess.run(shlex.split(commands[0]), capture_output=True, text=True,
+                             check=True, timeout=60)
     fields = hgetall.stdout.split()
     assert dict(zip(fields[::2], fields[1::2])) == index.client.hgetall(index.ctx.schema.node(B))
-    zscore = subprocess.run(shlex.split(commands[1]), capture_output=True, text=True, check=True)
+    zscore = subprocess.run(shlex.split(commands[1]), capture_output=True, text=True,
+                            check=True, timeout=60)
     assert float(zscore.stdout) == index.get_node(B).eviction_score  # type: ignore[union-attr]
 
 

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from clock import wait_until
+from clock import CHILD_GUARD_S, joined, read_line, wait_until
 from conftest import IndexFactory
 from helpers import default_shard, page
 
@@ -215,11 +215,11 @@ def test_a_consumer_killed_while_writers_write_sees_every_event_at_least_once(
 
             wait_until(read_50_more, "the consumer to record 50 more events")
             process.send_signal(signal.SIGKILL)
-            process.wait()
+            process.wait(timeout=CHILD_GUARD_S)
     finally:
         stop.set()
         for thread in writers:
-            thread.join()
+            joined(thread, "a writer to stop")
     assert consumer("drain").wait(timeout=120) == 0
 
     seen = out.read_text().splitlines()
@@ -273,7 +273,7 @@ def test_the_cli_follows_until_sigterm_and_exits_0(redis_url: str) -> None:
     key = f"{page(0)}_0_k"
     index.put_start(key, 10)
     index.put_end(key)
-    line = json.loads(process.stdout.readline())
+    line = json.loads(read_line(process.stdout, "the follower to print the event"))
     assert (line["type"], line["key"]) == ("stored", key)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 0

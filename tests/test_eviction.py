@@ -6,7 +6,7 @@ import random
 import threading
 
 import pytest
-from clock import HANG_GUARD_S, next_redis_millisecond, redis_now_ms, wait_for_redis_time
+from clock import HANG_GUARD_S, joined, next_redis_millisecond, redis_now_ms, wait_for_redis_time
 from helpers import assert_consistent, page
 
 from mooncake_redis import Index, InvalidArgument
@@ -223,7 +223,7 @@ def test_registration_racing_eviction_leaves_a_consistent_tree(redis_url: str) -
             store(writer, f"child-{i}", "root" if i % 3 == 0 else f"child-{i - 1}")
     finally:
         stop.set()
-        thread.join()
+        joined(thread, "the evictor to stop")
     assert not errors
     writer.close()
     assert_consistent(index)

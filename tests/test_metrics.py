@@ -22,6 +22,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import pytest
 import redis
 import rq
+from clock import CHILD_GUARD_S, joined
 from helpers import A, B, C, build_small_tree, page
 from ports import free_port
 from prometheus_client import generate_latest, make_wsgi_app
@@ -234,7 +235,7 @@ def processes() -> Iterator[list[subprocess.Popen[str]]]:
     yield started
     for process in started:
         process.kill()
-        process.wait()
+        process.wait(timeout=CHILD_GUARD_S)
 
 
 def test_the_metrics_command_serves_the_scrape_over_http(
@@ -413,7 +414,7 @@ def test_a_worker_with_metrics_counts_the_jobs_it_runs(
         scraped = scrape(port)
         jobs = scraped.get(("mooncake_redis_eviction_jobs_total",
                             (("namespace", "wm"), ("stopped", TARGET_REACHED))), 0)
-        assert worker.poll() is None, worker.communicate()
+        assert worker.poll() is None, worker.communicate(timeout=CHILD_GUARD_S)
         if jobs or time.monotonic() > deadline:
             break
         time.sleep(0.1)
@@ -461,7 +462,7 @@ def serving(exporter: Exporter) -> Iterator[int]:
     finally:
         server.shutdown()
         server.server_close()
-        thread.join()
+        joined(thread, "the metrics server to stop")
 
 
 class QuietHandler(WSGIRequestHandler):

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from clock import wait_for_redis_time
+from clock import CHILD_GUARD_S, read_line, wait_for_redis_time
 from conftest import IndexFactory
 from helpers import A, B, assert_consistent, page, snapshot
 
@@ -365,7 +365,7 @@ def test_an_unmount_killed_mid_sweep_with_writers_running_is_finished_by_the_nex
     writer = Index.from_url(redis_url, namespace="crash")
     written = refused = pages = 0
     while pages < 3:  # writers keep writing on both segments while it sweeps
-        line = process.stdout.readline()
+        line = read_line(process.stdout, "the unmount's next page")
         assert line.startswith("page"), line
         pages += 1
         for result in writer.batch_put_start(
@@ -378,7 +378,7 @@ def test_an_unmount_killed_mid_sweep_with_writers_running_is_finished_by_the_nex
             process.stdin.write("next\n")
             process.stdin.flush()
     process.send_signal(signal.SIGKILL)  # it waits after its third page: mid-sweep
-    process.wait()
+    process.wait(timeout=CHILD_GUARD_S)
     assert (written, refused) == (15, 15)  # the segment was refused from the first step
     report = index.unmount_segment(SEGMENT)
     assert report.done and 0 < report.objects < objects
