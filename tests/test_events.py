@@ -260,7 +260,7 @@ def test_the_cli_follows_until_sigterm_and_exits_0(redis_url: str) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "mooncake_redis", "--url", redis_url, "--namespace", "follow",
          "events", "--follow", "--json", "--group", "tail", "--block-ms", "100"],
-        stdout=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdout is not None
     # the group exists once the follower has made it; only then are new events its own
     stream = index.ctx.schema.shard_keys(index.ctx.shard(page(0))).events
@@ -276,8 +276,12 @@ def test_the_cli_follows_until_sigterm_and_exits_0(redis_url: str) -> None:
     line = json.loads(read_line(process.stdout, "the follower to print the event"))
     assert (line["type"], line["key"]) == ("stored", key)
     process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=30) == 0
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
     assert index.client.xpending(stream, "tail")["pending"] == 0  # acked on the way out
+    # started before the namespace's first write: it said so, and followed all the same
+    assert err == ("warning: namespace 'follow' holds nothing yet (no settings, segments or "
+                   "shard stats): following it all the same\n")
 
 
 def test_bad_arguments_are_refused_before_anything_is_read(make_index: IndexFactory) -> None:
