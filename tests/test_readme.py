@@ -14,10 +14,12 @@ the same thing instead; an entry that no longer names a block fails."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import io
 import os
 import re
+import signal
 import subprocess
 import sys
 import tokenize
@@ -275,7 +277,10 @@ def test_shell_block_runs_as_pasted(block: Block, tmp_path: Path, redis_url: str
             wait_until(started_or_ended, f"{block}'s {commands} to start", CHILD_GUARD_S)
             shell.communicate("go\n", timeout=CHILD_GUARD_S)
         finally:
-            if shell.poll() is None:
+            if shell.poll() is None:  # a failed run: its background commands go with it
+                for pid in map(int, pids.read_text().split() if pids.exists() else ()):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
                 shell.kill()
                 shell.wait(timeout=CHILD_GUARD_S)
     output = out.read_text() + err.read_text()
