@@ -11,7 +11,7 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 
 from .errors import ConfigurationError
-from .urls import password_of, redact
+from .urls import database_problem, password_of, redact
 
 SUPPORTED_SCHEMES = ("memory", "redis", "redis+cluster", "rediss", "unix")
 
@@ -36,6 +36,9 @@ def connect(url: str, decode_responses: bool = True) -> redis.Redis:
             f"unknown URL scheme {scheme!r} in {redact(url)!r}; use one of "
             + ", ".join(f"{s}://" for s in SUPPORTED_SCHEMES)
         )
+    problem = database_problem(url)
+    if problem:
+        raise ConfigurationError(problem)
     try:
         return redis.Redis.from_url(url, decode_responses=decode_responses)
     except ValueError as error:

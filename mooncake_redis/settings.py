@@ -372,15 +372,17 @@ def from_environment(environ: Mapping[str, str] | None = None
     """MOONCAKE_REDIS_<NAME> for every setting and client option. Other variables with
     the prefix (an orchestrator's MOONCAKE_REDIS_PORT, say) are ignored, with a debug log."""
     environ = os.environ if environ is None else environ
-    settings, options = {}, {}
+    settings: dict[str, Any] = {}
+    options: dict[str, Any] = {}
     named = {variable[len(ENV_PREFIX):].lower(): (variable, value)
              for variable, value in environ.items()
              if variable.startswith(ENV_PREFIX) and variable not in (ENV_URL, ENV_NAMESPACE)}
     for name, (variable, value) in _renamed(named, "environment variable").items():
-        if name in SETTING_NAMES:
-            settings[name] = coerce(name, value)
-        elif name in OPTION_NAMES:
-            options[name] = coerce(name, value)
-        else:
+        if name not in SETTING_NAMES and name not in OPTION_NAMES:
             log.debug("ignoring %s: not a mooncake-redis setting", variable)
+            continue
+        try:
+            (settings if name in SETTING_NAMES else options)[name] = coerce(name, value)
+        except ConfigurationError as error:  # say where the value came from
+            raise ConfigurationError(f"environment variable {variable}: {error}") from None
     return settings, options

@@ -49,6 +49,20 @@ def redact(url: object) -> str:
     return urlunsplit(parts._replace(query=query))
 
 
+def database_problem(url: str) -> str | None:
+    """What is wrong with the database of a redis:// or rediss:// URL (its path, after the
+    hosts that follow the last '@'), or None: redis-py reads `/abc` as database 0 without
+    a word, so a mistyped database would quietly be another one."""
+    scheme, separator, rest = url.partition("://")
+    if not separator or scheme not in ("redis", "rediss"):
+        return None
+    database = rest.rpartition("@")[2].partition("?")[0].partition("/")[2]
+    if database.strip("/").isdigit() or not database.strip("/"):
+        return None
+    return (f"Redis URL {redact(url)!r}: database {unquote(database)!r} is not a number "
+            "(redis://host:port/DB, DB from 0)")
+
+
 safe_url = redact
 """The name the CLI's output calls redact by."""
 

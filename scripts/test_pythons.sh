@@ -4,9 +4,11 @@
 # (.venv-python3.X). CI (.ci/run) runs the whole suite on python3 and this for 3.10 and
 # 3.13; run it for every version before a release, or after touching anything
 # version-sensitive (typing, dataclasses, packaging).
-# A version not installed is reported and skipped; the exit code is non-zero if any run
-# failed. Pythons are looked up as python3.X on PATH, under pyenv
-# ($PYENV_ROOT/versions/3.X.*), and through `uv python find`.
+# Pythons are looked up as python3.X on PATH, under pyenv ($PYENV_ROOT/versions/3.X.*),
+# and through `uv python find`; a version not found is installed (`uv python install`,
+# with uv from PyPI in .venv-uv when it is not on PATH; else the distribution's
+# python3.X-venv package), and one that cannot be installed fails the run: a version
+# asked for is never skipped. The exit code is non-zero if any version failed.
 # Usage: scripts/test_pythons.sh [VERSION...]   (default: 3.10 3.11 3.12 3.13)
 # Extra pytest arguments: PYTEST_ARGS="-x" scripts/test_pythons.sh
 # PINS="redis==5.3.0 ..." installs those versions too, in .venv-python3.X$VENV_SUFFIX
@@ -35,14 +37,45 @@ find_python() {
   fi
 }
 
+# install_python VERSION: install it (uv, else apt-get); prints nothing on failure.
+install_python() {
+  local version="$1" uv
+  uv="$(command -v uv || true)"
+  if [ -z "$uv" ]; then
+    uv="$ROOT/.venv-uv/bin/uv"
+    if [ ! -x "$uv" ]; then
+      { python3 -m venv "$ROOT/.venv-uv" &&
+        "$ROOT/.venv-uv/bin/python" -m pip install --quiet --disable-pip-version-check uv
+      } >&2 || uv=""
+    fi
+  fi
+  if [ -n "$uv" ]; then
+    echo "python$version not found: uv python install $version …" >&2
+    if "$uv" python install "$version" >&2; then
+      "$uv" python find "$version" 2>/dev/null && return
+    fi
+  fi
+  if command -v apt-get >/dev/null 2>&1 \
+      && apt-cache show "python$version-venv" >/dev/null 2>&1; then
+    echo "python$version not found: apt-get install python$version-venv …" >&2
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    if $sudo apt-get install -y -qq "python$version-venv" >&2; then
+      command -v "python$version"
+    fi
+  fi
+}
+
 versions=("$@")
 [ ${#versions[@]} -gt 0 ] || versions=(3.10 3.11 3.12 3.13)
 summary=()
 status=0
 for version in "${versions[@]}"; do
   python="$(find_python "$version")"
+  [ -n "$python" ] || python="$(install_python "$version" || true)"
   if [ -z "$python" ]; then
-    summary+=("python$version: not installed, skipped")
+    summary+=("python$version: FAILED: not installed, and it could not be installed")
+    status=1
     continue
   fi
   venv="$ROOT/.venv-python$version${VENV_SUFFIX:-}"

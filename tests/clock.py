@@ -5,13 +5,19 @@ long before it."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from typing import IO
 
 from mooncake_redis import Index
 
 HANG_GUARD_S = 30.0
 """How long a wait may take before the test fails as hung."""
+
+CHILD_GUARD_S = 120.0
+"""The same for a child process's answer: its start (Python and the package's imports)
+included, on a loaded machine."""
 
 POLL_S = 0.001
 
@@ -48,3 +54,23 @@ def wait_until(condition: Callable[[], object], what: str,
         if time.monotonic() > deadline:
             raise AssertionError(f"gave up after {deadline_s:g} s waiting for {what}")
         time.sleep(0.01)
+
+
+def read_line(stream: IO[str], what: str, deadline_s: float = CHILD_GUARD_S) -> str:
+    """The next line of a child process's pipe. readline has no timeout of its own, so it
+    runs on a daemon thread (which ends with the pipe, once the test kills the child); the
+    test fails naming `what` if no line came before the hang guard."""
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(deadline_s)
+    if not lines:
+        raise AssertionError(f"gave up after {deadline_s:g} s waiting for {what}")
+    return lines[0]
+
+
+def joined(thread: threading.Thread, what: str, deadline_s: float = HANG_GUARD_S) -> None:
+    """Join a thread, failing naming `what` if it has not ended by the hang guard."""
+    thread.join(deadline_s)
+    if thread.is_alive():
+        raise AssertionError(f"gave up after {deadline_s:g} s waiting for {what}")

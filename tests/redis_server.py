@@ -60,7 +60,7 @@ class RedisServer:
     def kill(self) -> None:
         """kill -9: no shutdown save, as a crash."""
         self.process.kill()
-        self.process.wait()
+        self.process.wait(timeout=60)
 
     def stop(self) -> None:
         if self.process.poll() is None:

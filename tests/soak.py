@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clock import CHILD_GUARD_S
 from helpers import page
 from soak_actor import CHAIN, SIZE
 
@@ -156,7 +157,7 @@ def run_soak(url: str, namespace: str = "soak", seconds: float = 6, clients: int
             if time.monotonic() >= next_kill:
                 victim = rng.randrange(len(processes))
                 processes[victim].kill()
-                out, _ = processes[victim].communicate()
+                out, _ = processes[victim].communicate(timeout=CHILD_GUARD_S)
                 killed.update(last_progress(out))
                 role, number, *rest = commands[victim]
                 commands[victim] = [role, str(int(number) + 1000 * (kills + 1)), *rest]
@@ -178,7 +179,7 @@ def run_soak(url: str, namespace: str = "soak", seconds: float = 6, clients: int
         for process in processes:
             if process.poll() is None:
                 process.kill()
-                process.wait()
+                process.wait(timeout=CHILD_GUARD_S)
     result = SoakResult(seconds=time.monotonic() - started, kills=kills)
     result.operations, result.jobs = killed["operations"], killed["jobs"]
     result.rounds, result.evicted = killed["rounds"], killed["evicted"]

@@ -116,15 +116,24 @@ def test_only_runs_the_named_benchmark(tmp_path: Path) -> None:
         "per-rank batch of 200 pages at depth 1,000, round trips"}
 
 
+PEER_REQUIRED = "MOONCAKE_PEER_REQUIRED"
+"""Set (CI sets it, after scripts/install_mooncake_peer.sh): a peer that cannot run fails
+the side-by-side tests instead of skipping them."""
+
+
 def run_with_the_peer(name: str, tmp_path: Path) -> dict[str, Any]:
-    """One benchmark at --scale small with the real Mooncake client (skip if not here)."""
+    """One benchmark at --scale small with the real Mooncake client (skip if not here,
+    unless $MOONCAKE_PEER_REQUIRED is set)."""
     sys.path.insert(0, str(ROOT))
     from benchmarks import mooncake_peer
 
     reason = mooncake_peer.available()
     if reason is not None:
-        pytest.skip(f"the side-by-side {name} benchmark against Mooncake's own code did not "
-                    f"run: {reason}")  # -ra prints it in the run's summary
+        message = (f"the side-by-side {name} benchmark against Mooncake's own code did not "
+                   f"run: {reason}")
+        if os.environ.get(PEER_REQUIRED):
+            pytest.fail(f"{message} (${PEER_REQUIRED} is set)")
+        pytest.skip(message)  # -ra prints it in the run's summary
     completed = run_benchmarks("--scale", "small", "--only", name, "--out", str(tmp_path))
     assert completed.returncode == 0, completed.stderr
     return dict(json.loads((tmp_path / "results.json").read_text())["benchmarks"][name])

@@ -3,11 +3,13 @@ redis-server the tests start. Assertions are on what Redis holds and what is pri
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import importlib.metadata
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -24,7 +26,7 @@ from helpers import build_small_tree as build
 
 from mooncake_redis import Index
 from mooncake_redis.capacity.eviction import LOCK_HELD, TARGET_REACHED
-from mooncake_redis.cli.main import main
+from mooncake_redis.cli.main import build_parser, main
 from mooncake_redis.operations.fsck import check
 from mooncake_redis.settings import ENV_URL
 from mooncake_redis.sim import cli as sim_cli
@@ -161,10 +163,12 @@ def test_the_printed_redis_cli_commands_show_the_raw_data(
     commands = [line.strip() for line in capsys.readouterr().out.splitlines()
                 if line.strip().startswith("redis-cli ")]
     assert len(commands) == 2
-    hgetall = subprocess.run(shlex.split(commands[0]), capture_output=True, text=True, check=True)
+    hgetall = subprocess.run(shlex.split(commands[0]), capture_output=True, text=True,
+                             check=True, timeout=60)
     fields = hgetall.stdout.split()
     assert dict(zip(fields[::2], fields[1::2])) == index.client.hgetall(index.ctx.schema.node(B))
-    zscore = subprocess.run(shlex.split(commands[1]), capture_output=True, text=True, check=True)
+    zscore = subprocess.run(shlex.split(commands[1]), capture_output=True, text=True,
+                            check=True, timeout=60)
     assert float(zscore.stdout) == index.get_node(B).eviction_score  # type: ignore[union-attr]
 
 
@@ -479,7 +483,8 @@ def test_namespaces_on_an_empty_redis_says_so(redis_url: str,
     assert main(["--url", redis_url, "namespaces"]) == 0
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == f"no namespace at {redis_url}\n"
-    assert json_of(capsys, 0, "--url", redis_url, "namespaces", "--json") == {"namespaces": []}
+    assert json_of(capsys, 0, "--url", redis_url, "namespaces", "--json") == {
+        "namespaces": [], "not_readable": []}
 
 
 # -- errors and URLs ---------------------------------------------------------------------
@@ -525,13 +530,25 @@ def test_redis_cli_flags_come_from_the_url_without_its_password() -> None:
     assert safe_url("redis+cluster://u:pw@n1:1,n2:2") == "redis+cluster://u:***@n1:1,n2:2"
 
 
+COMMANDS = ("demo", "stats", "inspect", "tree", "roots", "namespaces", "config", "evict",
+            "worker", "monitor", "events", "ingest", "pods", "fsck", "doctor", "metrics",
+            "segments", "sim")
+"""Every command, as the README's "Command line" lists them."""
+
+
 def test_help_lists_every_command() -> None:
+    """--help lists each command with its help text, in its own entry: the commands the
+    parser has, all of them, and no other."""
     result = run_cli("--help")
     assert result.returncode == 0
-    for command in ("demo", "stats", "inspect", "tree", "roots", "namespaces", "config",
-                    "evict", "worker",
-                    "monitor", "fsck", "doctor", "metrics", "sim"):
-        assert command in result.stdout
+    listed = re.findall(r"^    (\S+) +\S", result.stdout, re.M)  # "    stats   usage, ..."
+    assert sorted(listed) == sorted(COMMANDS), listed
+    parser = next(action for action in build_parser()._actions
+                  if isinstance(action, argparse._SubParsersAction))
+    assert sorted(parser.choices) == sorted(COMMANDS)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    synopsis = readme.split("## Command line", 1)[1].split("```", 2)[1]
+    assert sorted(set(re.findall(r"^  ([a-z]+) ", synopsis, re.M))) == sorted(COMMANDS)
 
 
 

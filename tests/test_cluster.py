@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import redis
+from clock import joined
 from helpers import assert_consistent, node_fields, page
 from redis.cluster import ClusterNode
 from redis.crc import key_slot
@@ -150,7 +151,7 @@ def test_the_write_step_waits_for_the_link_step_on_another_master(
         assert writer.is_alive()
     finally:
         parent_master.execute_command("CLIENT", "UNPAUSE")
-        writer.join()
+        joined(writer, "the writer after the pause")
     assert not errors, errors
     fields = node_fields(index, child)
     assert fields["p"] == parent and node_fields(index, parent)[child] == fields["pe"]
@@ -294,7 +295,7 @@ class RegistrationLoad(threading.Thread):
 
     def stop(self) -> None:
         self._stop_requested.set()
-        self.join()
+        joined(self, "the load to stop")
 
 
 def settled_report(index: Index) -> FsckReport:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import redis
-from clock import wait_for_redis_time, wait_until
+from clock import CHILD_GUARD_S, read_line, wait_for_redis_time, wait_until
 from crash_client import (
     SIZE,
     VICTIM_ERRORS,
@@ -149,17 +149,17 @@ def test_eviction_workers_killed_at_random_points(redis_url: str) -> None:
             kill_after = rng.randint(1, 200)  # objects evicted, whichever comes first
             worker = workers[-1]
             assert worker.stdin is not None and worker.stdout is not None
-            assert worker.stdout.readline().strip() == "ready"
+            assert read_line(worker.stdout, "the job to be ready").strip() == "ready"
             wait_for_lock_expiry(index)  # a killed job blocks eviction until its lock expires
             worker.stdin.write("go\n")
             worker.stdin.flush()
-            assert worker.stdout.readline().strip() == "started"
+            assert read_line(worker.stdout, "the job to start").strip() == "started"
             kill_time = time.monotonic() + kill_at
             wait_until(lambda: time.monotonic() >= kill_time  # noqa: B023
                        or before - index.usage().objects >= kill_after,  # noqa: B023
                        "the point to kill the job at")
             worker.kill()
-            worker.wait()
+            worker.wait(timeout=CHILD_GUARD_S)
             worker.stdin.close()
             worker.stdout.close()
             if worker.returncode == 0:  # it ran to its end between the last look and the kill
@@ -178,7 +178,7 @@ def test_eviction_workers_killed_at_random_points(redis_url: str) -> None:
         for worker in workers:
             if worker.poll() is None:
                 worker.kill()
-                worker.wait()
+                worker.wait(timeout=CHILD_GUARD_S)
     assert evicted > 0, "the killed jobs never got to evict: the test tested nothing"
     index.set_config(leaves_per_round=256)
     wait_for_lock_expiry(index)
@@ -293,11 +293,13 @@ def test_client_killed_mid_batch_while_other_writers_write_the_same_chains(
 
     try:
         for process in writers:
-            assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+            assert process.stdout is not None
+            assert read_line(process.stdout, "a writer to be ready").strip() == "ready"
         start_victim()
         while True:
             victim, mode, log = victims[-1]
-            assert victim.stdout is not None and victim.stdout.readline().strip() == "ready"
+            assert victim.stdout is not None
+            assert read_line(victim.stdout, "the victim to be ready").strip() == "ready"
             if mode == "external":
                 time.sleep(rng.uniform(0.02, 0.4))  # a random moment of its run: it runs
                 victim.kill()  # until killed, so any delay is as good, none can flake
@@ -341,7 +343,7 @@ def test_client_killed_mid_batch_while_other_writers_write_the_same_chains(
         for process in writers + [victim for victim, _, _ in victims]:
             if process.poll() is None:
                 process.kill()
-                process.wait()
+                process.wait(timeout=CHILD_GUARD_S)
     assert sum(kills.values()) == CLIENT_KILLS + 1
 
     for call, errors in victim_errors.items():
@@ -479,7 +481,7 @@ def test_clients_carry_on_after_script_flush_and_a_redis_restart(tmp_path: Path)
     index.put_end(f"{page(0)}_0_k")  # NOSCRIPT: reloaded and re-sent
     index.put_start(f"{page(1)}_0_k", 1, parent_block_hash=page(0))
     redis.Redis(port=server.port).shutdown(nosave=False)
-    server.process.wait()
+    server.process.wait(timeout=CHILD_GUARD_S)
     restarted = RedisServer("--appendonly", "yes", port=server.port, directory=tmp_path)
     try:
         index.put_end(f"{page(1)}_0_k")  # same Index object: reconnects, scripts reloaded

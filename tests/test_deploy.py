@@ -55,6 +55,16 @@ def test_every_port_is_published_on_localhost_only_by_default() -> None:
     assert "MOONCAKE_REDIS_BIND" in (ROOT / "docs" / "OPERATIONS.md").read_text()
 
 
+def test_metrics_listen_on_this_machine_only_by_default() -> None:
+    """The exporters are served on loopback unless told otherwise, as compose publishes
+    its ports; an address on every interface is a choice made on the command line."""
+    parser = build_parser()
+    for command, option in ((["metrics"], "address"),
+                            (["worker", "--metrics-port", "1"], "metrics_address"),
+                            (["monitor", "--metrics-port", "1"], "metrics_address")):
+        assert getattr(parser.parse_args(command), option) == "127.0.0.1", command
+
+
 def test_worker_and_monitor_run_real_commands_with_real_options() -> None:
     services = compose()["services"]
     parser = build_parser()
@@ -64,6 +74,9 @@ def test_worker_and_monitor_run_real_commands_with_real_options() -> None:
         assert args.command == name
         assert [published(port)[1:] for port in service["ports"]] == \
             [(str(args.metrics_port), str(args.metrics_port))]
+        # inside its container: on every interface, or the published port reaches nothing
+        # (the host publishes it on 127.0.0.1 only: test above)
+        assert args.metrics_address == "0.0.0.0"
         environment = {k: str(v) for k, v in service["environment"].items()}
         from_environment(environment)  # raises on a value out of its range
         # from_environment ignores unknown MOONCAKE_REDIS_* names: a typo must fail here

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from clock import wait_until
+from clock import CHILD_GUARD_S, joined, read_line, wait_until
 from conftest import IndexFactory
 from helpers import default_shard, page, stream_events
 
@@ -220,11 +220,11 @@ def test_a_consumer_killed_while_writers_write_sees_every_event_at_least_once(
 
             wait_until(read_50_more, "the consumer to record 50 more events")
             process.send_signal(signal.SIGKILL)
-            process.wait()
+            process.wait(timeout=CHILD_GUARD_S)
     finally:
         stop.set()
         for thread in writers:
-            thread.join()
+            joined(thread, "a writer to stop")
     assert consumer("drain").wait(timeout=120) == 0
 
     seen = out.read_text().splitlines()
@@ -265,7 +265,7 @@ def test_the_cli_follows_until_sigterm_and_exits_0(redis_url: str) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "mooncake_redis", "--url", redis_url, "--namespace", "follow",
          "events", "--follow", "--json", "--group", "tail", "--block-ms", "100"],
-        stdout=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdout is not None
     # the group exists once the follower has made it; only then are new events its own
     stream = index.ctx.schema.shard_keys(index.ctx.shard(page(0))).events
@@ -278,11 +278,15 @@ def test_the_cli_follows_until_sigterm_and_exits_0(redis_url: str) -> None:
     key = f"{page(0)}_0_k"
     index.put_start(key, 10)
     index.put_end(key)
-    line = json.loads(process.stdout.readline())
+    line = json.loads(read_line(process.stdout, "the follower to print the event"))
     assert (line["type"], line["key"]) == ("stored", key)
     process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=30) == 0
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
     assert index.client.xpending(stream, "tail")["pending"] == 0  # acked on the way out
+    # started before the namespace's first write: it said so, and followed all the same
+    assert err == ("warning: namespace 'follow' holds nothing yet (no settings, segments or "
+                   "shard stats): following it all the same\n")
 
 
 def test_bad_arguments_are_refused_before_anything_is_read(make_index: IndexFactory) -> None:

@@ -6,7 +6,7 @@ import random
 import threading
 
 import pytest
-from clock import next_redis_millisecond, redis_now_ms, wait_for_redis_time
+from clock import HANG_GUARD_S, joined, next_redis_millisecond, redis_now_ms, wait_for_redis_time
 from helpers import assert_consistent, page, stream_events
 
 from mooncake_redis import Index, InvalidArgument
@@ -223,40 +223,43 @@ def test_registration_racing_eviction_leaves_a_consistent_tree(redis_url: str) -
             store(writer, f"child-{i}", "root" if i % 3 == 0 else f"child-{i - 1}")
     finally:
         stop.set()
-        thread.join()
+        joined(thread, "the evictor to stop")
     assert not errors
     writer.close()
     assert_consistent(index)
 
 
 def test_only_one_job_evicts_at_a_time(index: Index, monkeypatch) -> None:
+    """A job holds the namespace's lock from its first round to its last: jobs started
+    while it is inside a round stop at once, evicting nothing, and it evicts everything.
+    The first job is held inside its first round until the others are done, so they surely
+    start while it runs (threads left to race each other almost never overlapped, and the
+    test passed whether they did or not)."""
     for i in range(40):
         store(index, f"leaf-{i}")
-    active, most_active = [0], [0]
-    lock = threading.Lock()
+    inside, release = threading.Event(), threading.Event()
     original = Evictor._round
 
-    def tracked(self, *args):  # type: ignore[no-untyped-def]
-        with lock:
-            active[0] += 1
-            most_active[0] = max(most_active[0], active[0])
-        try:
-            return original(self, *args)
-        finally:
-            with lock:
-                active[0] -= 1
+    def first_round_waits(self, *args):  # type: ignore[no-untyped-def]
+        if not inside.is_set():
+            inside.set()
+            assert release.wait(timeout=HANG_GUARD_S)
+        return original(self, *args)
 
-    monkeypatch.setattr(Evictor, "_round", tracked)
-    index.set_config(leaves_per_round=1)
-    reports = []
-    threads = [threading.Thread(target=lambda: reports.append(index.evict(target_ratio=0)))
-               for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert most_active[0] == 1
-    assert any(r.stopped == LOCK_HELD for r in reports) or sum(r.leaves for r in reports) == 40
+    monkeypatch.setattr(Evictor, "_round", first_round_waits)
+    first = []
+    holder = threading.Thread(target=lambda: first.append(index.evict(target_ratio=0)))
+    holder.start()
+    try:
+        assert inside.wait(timeout=HANG_GUARD_S)
+        others = [index.evict(target_ratio=0) for _ in range(3)]
+    finally:
+        release.set()
+        holder.join(timeout=HANG_GUARD_S)
+    assert not holder.is_alive()
+    assert [(r.stopped, r.objects) for r in others] == [(LOCK_HELD, 0)] * 3
+    assert (first[0].stopped, first[0].objects) == (TARGET_REACHED, 40)
+    assert index.usage().objects == 0
 
 
 def test_a_held_lock_makes_a_job_stop_without_evicting(index: Index) -> None:

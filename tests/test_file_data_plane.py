@@ -16,11 +16,12 @@ import threading
 from pathlib import Path
 
 import pytest
+from clock import HANG_GUARD_S, wait_until
 from conftest import IndexFactory
 
 from mooncake_redis import Index
 from mooncake_redis.capacity.admission import eviction_lock
-from mooncake_redis.capacity.eviction import ROUND_LIMIT
+from mooncake_redis.capacity.eviction import LOCK_HELD, ROUND_LIMIT, TARGET_REACHED, EvictionReport
 from mooncake_redis.errors import InvalidArgument
 from mooncake_redis.files.byte_store import FileByteStore
 from mooncake_redis.files.data_plane import FileDataPlane, Page
@@ -204,10 +205,22 @@ def test_an_eviction_that_meets_another_job_waits_for_it_and_runs(plane: FileDat
     assert plane.put(pages) == [True] * 8
     ctx = plane.index.ctx
     assert eviction_lock(ctx, "acquire", "another-job")
+    jobs: list[str] = []
+    evict = plane.index.evict
+
+    def job(target_ratio: float | None = None) -> EvictionReport:
+        report = evict(target_ratio)
+        jobs.append(report.stopped)
+        return report
+
+    plane.index.evict = job  # type: ignore[method-assign]
     done = threading.Thread(target=plane.evict, args=(0,))
     done.start()
+    wait_until(lambda: jobs, "the plane's first job to find the lock held")
+    assert jobs == [LOCK_HELD] and done.is_alive()  # it waits for the other job to end
     assert plane.index.usage().objects == 8  # nothing can go while the other job holds it
     assert eviction_lock(ctx, "release", "another-job")
-    done.join(timeout=60)
+    done.join(timeout=HANG_GUARD_S)
     assert not done.is_alive()
+    assert jobs == [LOCK_HELD, TARGET_REACHED]  # then it ran its own
     assert plane.index.usage().objects == 0 and files_on_disk(plane.store.directory) == {}

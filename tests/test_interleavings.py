@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
+from clock import HANG_GUARD_S
 from helpers import default_shard, page
 from interleaving import Explorer, Partition, Scenario, node_per_shard, one_cluster_node
 
@@ -209,7 +210,7 @@ def test_an_operation_that_hangs_fails_the_run_with_its_schedule(redis_url: str)
 
     def hangs(index: Index) -> None:
         index.put_start(f"{A}_0_k", 10)
-        released.wait()  # never set before the run fails: the operation is stuck
+        released.wait(timeout=HANG_GUARD_S)  # set only once the run failed: it is stuck
 
     scenario = Scenario("hangs", setup(), [put(B), hangs], shards=SHARDS)
     try:

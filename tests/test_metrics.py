@@ -14,16 +14,18 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
 import redis
 import rq
+from clock import CHILD_GUARD_S, joined
 from helpers import A, B, C, build_small_tree, page
 from ports import free_port
-from prometheus_client import make_wsgi_app
+from prometheus_client import generate_latest, make_wsgi_app
 from prometheus_client.parser import text_string_to_metric_families
 from redis_server import RedisServer
 
@@ -233,7 +235,7 @@ def processes() -> Iterator[list[subprocess.Popen[str]]]:
     yield started
     for process in started:
         process.kill()
-        process.wait()
+        process.wait(timeout=CHILD_GUARD_S)
 
 
 def test_the_metrics_command_serves_the_scrape_over_http(
@@ -293,6 +295,101 @@ def test_metrics_once_on_a_mistyped_namespace_says_so_and_exits_1(
     assert "'reel' down or does not exist" in captured.err
 
 
+def job_counted(scraped: Samples, namespace: str) -> float:
+    return sum(number for (name, labels), number in scraped.items()
+               if name == "mooncake_redis_eviction_jobs_total" and ("namespace", namespace)
+               in labels)
+
+
+def assert_whole(scraped: Samples, index: Index, used_before: int) -> None:
+    """A scrape that counts the job counts all it did and shows the usage it left."""
+    namespace = index.namespace
+    if not job_counted(scraped, namespace):
+        return
+    counted = {name: scraped.get((f"mooncake_redis_{name}_total", (("namespace", namespace),)), 0)
+               for name in ("evicted_bytes", "evicted_objects", "eviction_rounds")}
+    usage = index.usage()
+    assert counted["evicted_bytes"] == used_before - usage.used_bytes > 0, counted
+    assert counted["evicted_objects"] > 0 and counted["eviction_rounds"] > 0, counted
+    assert value(scraped, "mooncake_redis_eviction_job_seconds_count", namespace=namespace) == 1
+    assert value(scraped, "mooncake_redis_used_bytes", namespace=namespace) == usage.used_bytes
+
+
+class JobMidScrape:
+    """The exporter's registry, with an eviction job run after the scrape collected
+    `after` + 1 metric families (as a worker's job may end at any point of a scrape)."""
+
+    def __init__(self, exporter: Exporter, after: int, job: Callable[[], object]):
+        self.exporter, self.after, self.job = exporter, after, job
+
+    def collect(self) -> Iterator[object]:
+        for number, family in enumerate(self.exporter.registry.collect()):
+            yield family
+            if number == self.after:
+                self.job()
+
+
+class ScrapedAfterEachUpdate:
+    """One of the exporter's job metrics: every update is followed by a whole scrape (as a
+    scrape may come between any two of the updates that count a job)."""
+
+    def __init__(self, metric: Any, scrape: Callable[[], None]):
+        self.metric, self.scrape = metric, scrape
+
+    def labels(self, *values: str) -> Any:
+        child, scrape = self.metric.labels(*values), self.scrape
+
+        class Updated:
+            def inc(self, amount: float = 1) -> None:
+                child.inc(amount)
+                scrape()
+
+            def observe(self, amount: float) -> None:
+                child.observe(amount)
+                scrape()
+
+        return Updated()
+
+
+def test_a_scrape_that_counts_a_job_shows_all_it_did(redis_url: str) -> None:
+    """A job ends whenever it ends: at any point of a scrape, and a scrape may come between
+    any two of the counter updates of a job's end. Whenever a scrape counts the job, its
+    other counters and the usage gauge show all the job did. (Before, the gauges were read
+    before the counters, and the job counted before its bytes: a worker's job that ended
+    mid-scrape showed as done beside the usage from before it, and
+    test_a_worker_with_metrics_counts_the_jobs_it_runs failed 1 run in 10 under load.)"""
+    def above_the_watermark(name: str) -> tuple[Index, Exporter, int]:
+        index = Index.from_url(redis_url, namespace=name, capacity_bytes=1 << 20,
+                               lease_ttl_ms=0)
+        build(index)
+        index.put_end(f"{C}_0_k")
+        index.set_config(capacity_bytes=3200)  # 3840 bytes used: above the high watermark
+        return index, Exporter([index.ctx]), index.usage().used_bytes
+
+    families = len(list(above_the_watermark("families")[1].registry.collect()))
+    for after in range(families):
+        index, exporter, used = above_the_watermark(f"mid-scrape-{after}")
+        with counting(exporter):
+            scraped = samples(generate_latest(JobMidScrape(exporter, after, index.evict))
+                              .decode())  # type: ignore[arg-type]
+        assert_whole(scraped, index, used)
+        after_the_job = samples(exporter.text())
+        assert job_counted(after_the_job, index.namespace) == 1
+        assert_whole(after_the_job, index, used)
+
+    index, exporter, used = above_the_watermark("between-updates")
+    scrapes: list[Samples] = []
+    for name in ("jobs", "rounds", "objects", "bytes", "seconds"):
+        setattr(exporter, name, ScrapedAfterEachUpdate(
+            getattr(exporter, name), lambda: scrapes.append(samples(exporter.text()))))
+    with counting(exporter):
+        index.evict()
+    assert len(scrapes) == 5
+    for scraped in scrapes:
+        assert_whole(scraped, index, used)
+    assert job_counted(scrapes[-1], index.namespace) == 1
+
+
 def test_a_worker_with_metrics_counts_the_jobs_it_runs(
         redis_url: str, environment: dict[str, str],
         processes: list[subprocess.Popen[str]]) -> None:
@@ -317,7 +414,7 @@ def test_a_worker_with_metrics_counts_the_jobs_it_runs(
         scraped = scrape(port)
         jobs = scraped.get(("mooncake_redis_eviction_jobs_total",
                             (("namespace", "wm"), ("stopped", TARGET_REACHED))), 0)
-        assert worker.poll() is None, worker.communicate()
+        assert worker.poll() is None, worker.communicate(timeout=CHILD_GUARD_S)
         if jobs or time.monotonic() > deadline:
             break
         time.sleep(0.1)
@@ -365,7 +462,7 @@ def serving(exporter: Exporter) -> Iterator[int]:
     finally:
         server.shutdown()
         server.server_close()
-        thread.join()
+        joined(thread, "the metrics server to stop")
 
 
 class QuietHandler(WSGIRequestHandler):

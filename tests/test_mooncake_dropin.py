@@ -26,6 +26,7 @@ from typing import Any
 import clock
 import numpy as np
 import pytest
+from clock import joined, read_line
 from redis_server import RedisServer
 
 from mooncake_redis import Index
@@ -660,7 +661,7 @@ def test_threads_share_a_store(store: MooncakeDistributedStore) -> None:
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        joined(thread, "a thread's puts and gets")
     assert errors == []
     assert store.batch_is_exist([f"t{n}-{i}" for n in range(4) for i in range(20)]) == [1] * 80
 
@@ -695,7 +696,7 @@ def test_two_processes_share_one_namespace(backend: str, request: pytest.Fixture
     store = MooncakeDistributedStore()
     try:
         assert child.stdout is not None and child.stdin is not None
-        word, child_host = child.stdout.readline().split()
+        word, child_host = read_line(child.stdout, "the child's store").split()
         assert word == "ready"
         assert store.setup(config_for(url, data_dir)) == 0
         index = Index.from_url(url, NAMESPACE)
@@ -707,10 +708,11 @@ def test_two_processes_share_one_namespace(backend: str, request: pytest.Fixture
         assert store.put("from-parent", b"parent's bytes", here) == 0
         child.stdin.write("read\n")
         child.stdin.flush()
-        assert child.stdout.readline().split(None, 1) == ["got", "parent's bytes\n"]
+        assert read_line(child.stdout, "the child's get").split(None, 1) == [
+            "got", "parent's bytes\n"]
         child.stdin.write("close\n")
         child.stdin.flush()
-        assert child.stdout.readline().split() == ["closed", "0"]
+        assert read_line(child.stdout, "the child's close").split() == ["closed", "0"]
         assert child.wait(60) == 0
         assert store.get("from-child") == b"" and store.is_exist("from-child") == 0
         assert child_host not in index.usage().segments

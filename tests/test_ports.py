@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from clock import CHILD_GUARD_S, read_line
 from ports import LOCK_DIRECTORY, PORTS, free_port, is_free
 
 HOLDER = """
@@ -34,7 +35,7 @@ def test_two_processes_never_get_the_same_port() -> None:
                               env={"PYTHONPATH": str(Path(__file__).parent)})
     try:
         assert holder.stdout is not None and holder.stdin is not None
-        theirs = {int(port) for port in holder.stdout.readline().split()}
+        theirs = {int(port) for port in read_line(holder.stdout, "the holder's ports").split()}
         mine = {free_port() for _ in range(50)}
         assert len(theirs) == len(mine) == 50 and not theirs & mine
         assert all(port in PORTS and is_free(port) for port in mine | theirs)
@@ -44,7 +45,7 @@ def test_two_processes_never_get_the_same_port() -> None:
         assert holder.wait(timeout=60) == 0
     finally:
         holder.kill()
-        holder.wait()
+        holder.wait(timeout=CHILD_GUARD_S)
     assert not any(locked_by_someone(port) for port in theirs)  # released with the process
 
 

@@ -14,6 +14,7 @@ from importlib import resources
 
 import pytest
 import redis
+from clock import HANG_GUARD_S, joined
 from helpers import assert_consistent, page
 
 from mooncake_redis import Index, ObjectAlreadyExists
@@ -88,12 +89,12 @@ class Monitor(threading.Thread):
 
     def __enter__(self) -> Monitor:
         self.start()
-        self.ready.wait()
+        assert self.ready.wait(timeout=HANG_GUARD_S), "MONITOR never started"
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.client.echo(STOP)
-        self.join()
+        joined(self, "MONITOR to see the stop")
 
 
 def exercise_every_script(index: Index) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from clock import wait_for_redis_time
+from clock import CHILD_GUARD_S, read_line, wait_for_redis_time
 from conftest import IndexFactory
 from helpers import A, B, assert_consistent, page, snapshot, stream_events
 
@@ -131,7 +131,7 @@ def test_unmount_of_a_segment_under_a_deep_forest(make_index: IndexFactory,
     benchmarks/unmount.py's): the tree stays consistent, objects left without replicas go
     with their nodes (the cascade takes the shells up the chains), the bytes are freed and
     every object touched is announced once."""
-    chains, depth = {"redis": (200, 50), "cluster": (40, 25), "fakeredis": (12, 25)}[backend]
+    chains, depth = {"redis": (200, 50), "cluster": (40, 26), "fakeredis": (12, 26)}[backend]
     index = make_index(events_max_len=100_000)
     index.mount_segment(SEGMENT, 1 << 40)
     index.mount_segment("other", 1 << 40)
@@ -146,10 +146,13 @@ def test_unmount_of_a_segment_under_a_deep_forest(make_index: IndexFactory,
     assert usage.used_bytes == usage.segments["other"].used_bytes == chains * ((depth + 1) // 2) * 4
     assert len(invalidated_events(index)) == objects
     # a chain keeps its even levels' objects; the odd levels between them stay as nodes
-    # (without objects) only because they have children, the last odd level goes
-    top = index.get_node(page("0/0"))
-    assert top is not None and top.keys == [f"{page('0/0')}_1_k"]
-    assert index.get_node(page(f"0/{depth - 1}")) is None or depth % 2 == 1
+    # (without objects) only because they have children; the last level, odd at an even
+    # depth on every backend, goes with the cascade
+    for chain in range(chains):
+        top, kept = (index.get_node(page(f"{chain}/{level}")) for level in (0, depth - 2))
+        assert top is not None and top.keys == [f"{page(f'{chain}/0')}_1_k"]
+        assert kept is not None and kept.keys == [f"{page(f'{chain}/{depth - 2}')}_1_k"]
+        assert index.get_node(page(f"{chain}/{depth - 1}")) is None
     assert_consistent(index)
 
 
@@ -361,7 +364,7 @@ def test_an_unmount_killed_mid_sweep_with_writers_running_is_finished_by_the_nex
     writer = Index.from_url(redis_url, namespace="crash")
     written = refused = pages = 0
     while pages < 3:  # writers keep writing on both segments while it sweeps
-        line = process.stdout.readline()
+        line = read_line(process.stdout, "the unmount's next page")
         assert line.startswith("page"), line
         pages += 1
         for result in writer.batch_put_start(
@@ -374,7 +377,7 @@ def test_an_unmount_killed_mid_sweep_with_writers_running_is_finished_by_the_nex
             process.stdin.write("next\n")
             process.stdin.flush()
     process.send_signal(signal.SIGKILL)  # it waits after its third page: mid-sweep
-    process.wait()
+    process.wait(timeout=CHILD_GUARD_S)
     assert (written, refused) == (15, 15)  # the segment was refused from the first step
     report = index.unmount_segment(SEGMENT)
     assert report.done and 0 < report.objects < objects

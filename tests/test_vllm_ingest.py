@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import msgpack
 import pytest
 import xxhash
+from clock import joined
 from helpers import assert_consistent, node_fields
 from vllm_wire import (
     Publisher,
@@ -579,7 +580,7 @@ def test_ingest_and_pods_commands(redis_url: str, capsys: pytest.CaptureFixture[
                      "1", "--no-token-hashes"]) == 0
     finally:
         done.set()
-        sender.join()
+        joined(sender, "the publisher thread")
         publisher.close()
     assert code == 0
     assert "pod pod-a: 1 batches applied" in caplog.text  # --log-every 1

@@ -19,7 +19,7 @@ from typing import IO
 import pytest
 import redis
 import rq
-from clock import wait_until
+from clock import CHILD_GUARD_S, read_line, wait_until
 from helpers import assert_consistent, page
 from redis_server import RedisServer
 
@@ -248,10 +248,11 @@ def test_a_killed_worker_leaves_the_lock_to_expire_and_the_next_job_finishes(
     worker = subprocess.Popen([sys.executable, "-c", KILLED_WORKER], stdout=subprocess.PIPE,
                               text=True, env={**environment, ENV_URL: redis_url})
     try:
-        assert worker.stdout is not None and worker.stdout.readline().strip() == "round"
+        assert worker.stdout is not None
+        assert read_line(worker.stdout, "the job's first round").strip() == "round"
     finally:
         worker.kill()  # kill -9 while it holds the lock
-        worker.wait()
+        worker.wait(timeout=CHILD_GUARD_S)
     assert index.usage().objects == 19  # one round ran before the kill
     lock = index.ctx.schema.eviction_lock
     assert 0 < index.client.pttl(lock) <= lock_ttl_ms  # it expires, within the setting

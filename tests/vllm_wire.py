@@ -24,6 +24,7 @@ from typing import Any
 
 import msgpack
 import zmq
+from clock import joined
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 
@@ -156,7 +157,7 @@ class Publisher:
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            joined(self._thread, "the replay server's thread")
             self.router.close(0)
         self.pub.close(0)
         self.context.term()

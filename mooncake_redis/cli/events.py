@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from mooncake_redis.errors import EventsLost
+from mooncake_redis.operations.namespaces import namespace_exists
 from mooncake_redis.store.events import DEFAULT_BLOCK_MS, DEFAULT_COUNT, STARTS, Item
 
 from .support import FINDING, OK, USAGE, at_least, fail, jsonable, open_index
@@ -65,7 +67,12 @@ def cmd_events(args: argparse.Namespace) -> int:
     if args.consumer and not args.group:
         return fail("--consumer names a consumer of a --group; give the group too",
                     code=USAGE)
-    index = open_index(args, read_only=True)
+    # a listing of a namespace that holds nothing is a typo more often than not; a
+    # follower may be started before the namespace's first write: it is told, and waits
+    index = open_index(args, read_only=True, must_exist=not args.follow)
+    if args.follow and not namespace_exists(index.ctx):
+        print(f"warning: namespace {index.namespace!r} holds nothing yet (no settings, "
+              "segments or shard stats): following it all the same", file=sys.stderr)
     start = args.start or ("latest" if args.follow else "earliest")
     consumer = index.events(args.group, args.consumer, start=start, count=args.count,
                             block_ms=args.block_ms, follow=args.follow)

@@ -26,9 +26,20 @@ from mooncake_redis.settings import ENV_PREFIX, ENV_URL
 from mooncake_redis.text import human_bytes, plural
 from mooncake_redis.urls import safe_url
 
-from .logs import LEVELS, configure_logging
+from .logs import LEVELS, configure_logging, doctor_says_it
 from .render import resolver_summary
-from .support import FINDING, OK, at_least, namespace_of, non_negative, open_index, url_of
+from .support import (
+    FINDING,
+    LOOPBACK,
+    OK,
+    at_least,
+    listen_address,
+    namespace_of,
+    non_negative,
+    open_index,
+    port_number,
+    url_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +101,8 @@ def report_lines(report: EvictionReport) -> list[str]:
 def open_checked_index(args: argparse.Namespace, queue_url: str) -> Index:
     """Long-running processes open the namespace as its clients do (settings not stored yet
     are filled in from the environment), and warn at start if Redis would lose index state."""
-    index = open_index(args, queue_url=queue_url)
+    with doctor_says_it():
+        index = open_index(args, queue_url=queue_url)
     for warning in examine(index.ctx, url_of(args), safe_url(url_of(args))).warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"namespace {namespace_of(args)!r} at {safe_url(url_of(args))}", file=sys.stderr)
@@ -123,19 +135,20 @@ def cmd_worker(args: argparse.Namespace) -> int:
     os.environ[ENV_URL] = url_of(args)
     os.environ[ENV_PREFIX + "QUEUE_URL"] = queue_url
     if args.metrics_port is not None:
-        exporter = start_metrics(index, args.metrics_port)
+        exporter = start_metrics(index, args)
         exporter.count_this_process()
     run_worker(queue_url, burst=args.burst, logging_level=args.log_level,
                in_process=args.metrics_port is not None)
     return OK
 
 
-def start_metrics(index: Index, port: int) -> Any:
-    """The metrics exporter, serving from a thread of this process (cli/metrics.py)."""
-    from .metrics import exporter_for
+def start_metrics(index: Index, args: argparse.Namespace) -> Any:
+    """The metrics exporter, serving from a thread of this process (cli/metrics.py) on
+    --metrics-address and --metrics-port."""
+    from .metrics import exporter_for, serve
 
     exporter = exporter_for([index.ctx])
-    exporter.serve(port)
+    serve(exporter, args.metrics_port, args.metrics_address)
     return exporter
 
 
@@ -149,7 +162,7 @@ def cmd_monitor(args: argparse.Namespace) -> int:
     previous = [signal.signal(number, lambda number, frame: stop.set()) for number in stopping]
     on_enqueued = None
     if args.metrics_port is not None:
-        exporter = start_metrics(index, args.metrics_port)
+        exporter = start_metrics(index, args)
         on_enqueued = functools.partial(exporter.observe_request, index.namespace)
     log.info("monitor started: namespace %r, a check every %g s", index.namespace,
              args.interval)
@@ -163,15 +176,18 @@ def cmd_monitor(args: argparse.Namespace) -> int:
     return OK
 
 
-def add_log_level(parser: argparse.ArgumentParser) -> None:
-
+def add_process_options(parser: argparse.ArgumentParser) -> None:
+    """The long-running commands' options: logging and the metrics they serve."""
     parser.add_argument("--log-level", choices=LEVELS, default="INFO", type=str.upper,
                         help="log lines on stderr, each written out at once (default: INFO: "
                              "one line per eviction job and per enqueued job)")
-    parser.add_argument("--metrics-port", type=at_least(1), default=None,
+    parser.add_argument("--metrics-port", type=port_number, default=None,
                         help="serve Prometheus metrics on this port (needs the metrics "
                              "extra; a worker then runs jobs in its own process, unforked, "
                              "so it can count them)")
+    parser.add_argument("--metrics-address", type=listen_address, default=LOOPBACK,
+                        help=f"the address the metrics listen on (default: {LOOPBACK}, this "
+                             "machine only; 0.0.0.0 for every interface)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -193,7 +209,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "worker", help="run an RQ worker for eviction jobs (queue: $MOONCAKE_REDIS_QUEUE_URL, "
                        "else the index's Redis)")
     worker.add_argument("--burst", action="store_true", help="exit when the queue is empty")
-    add_log_level(worker)
+    add_process_options(worker)
     worker.set_defaults(func=cmd_worker)
 
     monitor = subparsers.add_parser(
@@ -205,5 +221,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     monitor.add_argument("--iterations", type=at_least(1), default=None,
                          help="stop after this many checks (default: run forever; "
                               "SIGTERM or Ctrl-C stops it cleanly)")
-    add_log_level(monitor)
+    add_process_options(monitor)
     monitor.set_defaults(func=cmd_monitor)

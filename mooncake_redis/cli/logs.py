@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from mooncake_redis import context
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -25,3 +29,20 @@ def configure_logging(level: str = "INFO") -> None:
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
         root.addHandler(handler)
     root.setLevel(level)
+
+
+@contextmanager
+def doctor_says_it() -> Iterator[None]:
+    """Opening an index logs a warning when Redis may evict keys on its own
+    (context.warn_if_redis_evicts); inside this block it does not, for the commands that
+    run doctor's checks right after (doctor, worker, monitor): those say it once, with the
+    rest of what doctor found."""
+    def keep(record: logging.LogRecord) -> bool:
+        return record.funcName != context.warn_if_redis_evicts.__name__
+
+    logger = context.log
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)

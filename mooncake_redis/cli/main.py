@@ -32,7 +32,7 @@ from mooncake_redis.settings import (
 )
 from mooncake_redis.text import human_bytes, plural
 from mooncake_redis.tree.matching import scan_node_keys
-from mooncake_redis.urls import safe_url
+from mooncake_redis.urls import password_of, safe_url
 from mooncake_redis.values import parent_of
 
 from .render import Views
@@ -45,6 +45,7 @@ from .support import (
     namespace_name,
     open_index,
     print_json,
+    reader_gone,
     redis_url,
     url_of,
 )
@@ -120,6 +121,16 @@ def admission_limits(index: Index) -> str:
 
 
 HASH_PREFIX = re.compile(rf"[0-9a-f]{{{MIN_HASH_PREFIX},{PREFIX_HASH_LENGTH - 1}}}")
+SHORT_HASH_PREFIX = re.compile(rf"[0-9a-f]{{1,{MIN_HASH_PREFIX - 1}}}")
+
+
+def short_prefix_hint(text: str) -> str:
+    """For a name that is too short to be taken as a hash's beginning: what to give."""
+    start = text.removesuffix("…")
+    if not SHORT_HASH_PREFIX.fullmatch(start):
+        return ""
+    return (f"; a shortened hash needs its first {MIN_HASH_PREFIX} or more hex digits "
+            f"({start!r} has {len(start)})")
 
 
 def full_hash(index: Index, text: str) -> str:
@@ -160,7 +171,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                                      index.settings.put_start_release_timeout_ms)))
     if node is None and info is None:
         return fail(f"no node or object {args.target!r} in namespace {index.namespace!r} "
-                    f"at {safe_url(url_of(args))}")
+                    f"at {safe_url(url_of(args))}{short_prefix_hint(args.target)}")
     return OK
 
 
@@ -169,7 +180,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
     args.prefix_hash = full_hash(index, args.prefix_hash)
     if index.get_node(args.prefix_hash) is None:
         return fail(f"no node {args.prefix_hash!r} in namespace {index.namespace!r} at "
-                    f"{safe_url(url_of(args))}")
+                    f"{safe_url(url_of(args))}{short_prefix_hint(args.prefix_hash)}")
     views = Views(index)
     if not args.json:
         print("\n".join(views.tree(args.prefix_hash, args.depth, args.max_nodes)))
@@ -214,13 +225,18 @@ def cmd_namespaces(args: argparse.Namespace) -> int:
     from mooncake_redis.connection import connect
     from mooncake_redis.operations.namespaces import namespace_usages
 
-    found = namespace_usages(connect(url_of(args)))
+    found, refused = namespace_usages(connect(url_of(args)))
+    if refused:
+        print(f"note: {plural(len(refused), 'namespace')} this user may not read (ACL): "
+              + ", ".join(refused), file=sys.stderr)
     if args.json:
         print_json({"namespaces": [{"namespace": item.namespace, **jsonable(item.usage),
-                                    "ratio": item.usage.ratio} for item in found]})
+                                    "ratio": item.usage.ratio} for item in found],
+                    "not_readable": refused})
         return OK
     if not found:
-        print(f"no namespace at {safe_url(url_of(args))}", file=sys.stderr)
+        print(f"no namespace{' readable' if refused else ''} at {safe_url(url_of(args))}",
+              file=sys.stderr)
         return OK
     width = max(len("NAMESPACE"), *(len(item.namespace) for item in found))
     print(f"{'NAMESPACE':<{width}}  {'OBJECTS':>10}  {'NODES':>10}  {'USED':>10}  "
@@ -373,6 +389,16 @@ def missing_for(args: argparse.Namespace) -> str | None:
     return None
 
 
+def authentication_failure(url: str) -> str:
+    """What to do when Redis refused to let the client in (redis-py says only what the
+    server answered HELLO or AUTH)."""
+    if password_of(url) is None:
+        return (f"Redis at {safe_url(url)} needs a password: put it in the URL, "
+                "redis://:PASSWORD@host:port/db (redis://USER:PASSWORD@… for an ACL user)")
+    return (f"Redis at {safe_url(url)} refused the user and password of the URL (a wrong "
+            "password, an unknown user or a disabled one)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     url = url_of(args)
@@ -382,9 +408,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(missing)
     warn_if_in_process(args)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a reader gone is found here, not at exit
+        return code
+    except BrokenPipeError:
+        return reader_gone()
     except MooncakeRedisError as error:
         return fail(str(error), url, queue_url)
+    except redis.AuthenticationError:
+        return fail(authentication_failure(url), url, queue_url)
     except (redis.RedisError, RedisClusterException) as error:
         return fail(f"Redis at {safe_url(url)}: {error}", url, queue_url)
     except KeyboardInterrupt:

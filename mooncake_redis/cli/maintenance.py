@@ -12,6 +12,7 @@ from mooncake_redis.operations.fsck import FsckReport, check
 from mooncake_redis.text import plural
 from mooncake_redis.urls import safe_url
 
+from .logs import doctor_says_it
 from .render import resolver_summary
 from .support import (
     FINDING,
@@ -80,7 +81,9 @@ def report_lines(report: FsckReport, show: int) -> list[str]:
 def cmd_doctor(args: argparse.Namespace) -> int:
 
     url = url_of(args)
-    diagnosis = examine(open_index(args, read_only=True).ctx, url, safe_url(url))
+    with doctor_says_it():
+        index = open_index(args, read_only=True)
+    diagnosis = examine(index.ctx, url, safe_url(url))
     if args.json:
         print_json({"namespace": namespace_of(args), "url": safe_url(url), "ok":
                     not diagnosis.warnings, "facts": diagnosis.facts,

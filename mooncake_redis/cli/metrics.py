@@ -14,7 +14,17 @@ from mooncake_redis.errors import ConfigurationError
 from mooncake_redis.urls import redact
 
 from .logs import configure_logging
-from .support import OK, at_least, fail, namespace_name, namespace_of, open_index, url_of
+from .support import (
+    LOOPBACK,
+    OK,
+    fail,
+    listen_address,
+    namespace_name,
+    namespace_of,
+    open_index,
+    port_number,
+    url_of,
+)
 
 if TYPE_CHECKING:
     from mooncake_redis.operations.metrics import Exporter
@@ -34,6 +44,17 @@ def metrics_module() -> Any:
 
 def exporter_for(sources: list[Any]) -> Exporter:
     return metrics_module().Exporter(sources)  # type: ignore[no-any-return]
+
+
+def serve(exporter: Exporter, port: int, address: str) -> None:
+    """Serve the exporter from a thread of this process; a port taken or an address this
+    machine does not have is a ConfigurationError (one error line), raised before any other
+    work starts."""
+    try:
+        exporter.serve(port, address)
+    except OSError as error:
+        raise ConfigurationError(f"cannot serve metrics on {address}:{port}: "
+                                 f"{error.strerror or error}") from None
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
@@ -56,7 +77,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda number, frame: stop.set())
-    exporter.serve(args.port, args.address)
+    serve(exporter, args.port, args.address)
     stop.wait()
     return OK
 
@@ -69,9 +90,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "objects, nodes, leaves; read from Redis at each scrape); reads only")
     metrics.add_argument("namespaces", nargs="*", metavar="NAMESPACE", type=namespace_name,
                          help="namespaces to export (default: --namespace)")
-    metrics.add_argument("--port", type=at_least(1), default=DEFAULT_PORT,
+    metrics.add_argument("--port", type=port_number, default=DEFAULT_PORT,
                          help=f"default: {DEFAULT_PORT}")
-    metrics.add_argument("--address", default="0.0.0.0", help="default: 0.0.0.0")
+    metrics.add_argument("--address", type=listen_address, default=LOOPBACK,
+                         help=f"the address to listen on (default: {LOOPBACK}, this machine "
+                              "only; 0.0.0.0 for every interface)")
     metrics.add_argument("--once", action="store_true",
                          help="print one scrape's text to stdout and exit")
     metrics.add_argument("--log-level", choices=LEVELS, default="INFO", type=str.upper)

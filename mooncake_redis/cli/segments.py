@@ -11,7 +11,7 @@ from mooncake_redis.settings import coerce
 from mooncake_redis.store.segments import UnmountReport, unmount
 from mooncake_redis.text import human_bytes
 
-from .support import OK, add_json_option, at_least, open_index, print_json
+from .support import OK, add_json_option, at_least, fail, open_index, print_json
 
 
 def capacity(text: str) -> int:
@@ -31,6 +31,9 @@ def cmd_segments(args: argparse.Namespace) -> int:
     if action == "mount":
         index.mount_segment(args.name, args.capacity)
     elif action == "remount":
+        if args.name not in index.usage().segments:  # Index.remount_segment would mount it
+            return fail(f"no segment {args.name!r} in namespace {index.namespace!r} "
+                        "(`segments list` shows them; `segments mount` registers a new one)")
         index.remount_segment(args.name, args.capacity)
     elif action == "unmount":
         report = unmount(index.ctx, args.name, args.max_nodes,

@@ -10,8 +10,11 @@ import json
 import math
 import os
 import re
+import socket
 import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,10 +24,13 @@ from mooncake_redis.index import Index
 from mooncake_redis.keys import KeySchema
 from mooncake_redis.operations.namespaces import namespace_exists
 from mooncake_redis.settings import DEFAULT_NAMESPACE, DEFAULT_URL, ENV_NAMESPACE, ENV_URL
-from mooncake_redis.urls import password_of, redact, secrets_of
+from mooncake_redis.urls import database_problem, password_of, redact, secrets_of
 
 OK, FINDING, USAGE = 0, 1, 2
 FAILURE = FINDING  # a runtime error exits 1 like a finding: 2 means the command line is wrong
+LOOPBACK = "127.0.0.1"
+"""Where the metrics exporters listen by default: this machine only (docker-compose.yml
+publishes its ports on the host's 127.0.0.1 as well)."""
 
 def url_of(args: argparse.Namespace) -> str:
     return args.url or os.environ.get(ENV_URL) or DEFAULT_URL
@@ -63,6 +69,15 @@ def fail(message: str, *urls: str, code: int = FAILURE) -> int:
     return code
 
 
+def reader_gone() -> int:
+    """stdout's reader went away (`mooncake-redis stats | head -1`): stop quietly, as
+    Python's documentation advises (signal module, "Note on SIGPIPE"): what is still
+    buffered goes to /dev/null instead of raising again at exit; exit 1, as Python does."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return FAILURE
+
+
 def at_least(minimum: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
@@ -86,9 +101,48 @@ def non_negative(text: str) -> float:
     return value
 
 
+def port_number(text: str) -> int:
+    """A TCP port to listen on, 1 to 65535."""
+    port = at_least(1)(text)
+    if port > 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (1 to 65535)")
+    return port
+
+
+def listen_address(text: str) -> str:
+    """An address this machine can listen on: an IP address, or a host name it resolves."""
+    try:
+        socket.getaddrinfo(text, None, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as error:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an IP address or a host name this machine resolves "
+            f"({getattr(error, 'strerror', None) or error})") from None
+    return text
+
+
+def writable_directory(text: str) -> Path:
+    """A directory that exists or can be created, and can be written to: checked before a
+    long run (by making and removing a directory in its nearest existing ancestor), so a
+    run does not end by failing to save what it computed."""
+    path = Path(text)
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r}: {str(existing)!r} is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".write-check-", dir=existing))
+    except OSError as error:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: cannot {'write to' if existing == path else 'create it in'} "
+            f"{str(existing)!r} ({error.strerror or error})") from None
+    return path
+
+
 def redis_url(text: str) -> str:
-    """A URL the client can open (the scheme and the ports are checked here, so a mistyped
-    URL is a usage error; whether Redis answers there is found out by the command)."""
+    """A URL the client can open (the scheme, the ports and the database are checked here,
+    so a mistyped URL is a usage error; whether Redis answers there is found out by the
+    command)."""
     if "://" not in text:
         raise argparse.ArgumentTypeError(f"Redis URL {redact(text)!r} must look like "
                                          "redis://host:port/db")
@@ -103,6 +157,9 @@ def redis_url(text: str) -> str:
             raise argparse.ArgumentTypeError(
                 f"Redis URL {redact(text)!r}: port {port!r} is not a number from 1 to "
                 f"65535{hint}")
+    problem = database_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 

@@ -183,7 +183,6 @@ class Exporter:
     def __init__(self, sources: list[Source], clock: Callable[[], float] = time.monotonic):
         self.registry = CollectorRegistry()
         self.collector = NamespaceCollector(sources, clock)
-        self.registry.register(self.collector)
         ns = ["namespace"]
         self.jobs = Counter("mooncake_redis_eviction_jobs", "eviction jobs this process ran, "
                             "by how they stopped", ["namespace", "stopped"],
@@ -212,13 +211,20 @@ class Exporter:
                                         "batches (round trips) that carried each script, "
                                         "once per script per batch", ["script"],
                                         buckets=SCRIPT_SECONDS_BUCKETS, registry=self.registry)
+        # A scrape collects in registration order: the counters first, then the gauges
+        # read from Redis. A job counts itself after its writes, so a scrape that shows a
+        # job done also shows the usage it left (read after the counters); the other order
+        # showed a job that ended mid-scrape with the usage from before it.
+        self.registry.register(self.collector)
 
     def observe_job(self, namespace: str, report: EvictionReport) -> None:
-        self.jobs.labels(namespace, report.stopped).inc()
-        self.rounds.labels(namespace).inc(report.rounds)
-        self.objects.labels(namespace).inc(report.objects)
-        self.bytes.labels(namespace).inc(report.bytes)
+        """Count a job that ended; the job itself last, in the reverse of the order a scrape
+        reads them, so a scrape that counts the job counts all it did."""
         self.seconds.labels(namespace).observe(report.seconds)
+        self.bytes.labels(namespace).inc(report.bytes)
+        self.objects.labels(namespace).inc(report.objects)
+        self.rounds.labels(namespace).inc(report.rounds)
+        self.jobs.labels(namespace, report.stopped).inc()
 
     def observe_request(self, namespace: str, enqueued: int) -> None:
         self.requests.labels(namespace).inc(enqueued)
@@ -253,8 +259,9 @@ class Exporter:
         """The exposition a scrape returns."""
         return generate_latest(self.registry).decode()
 
-    def serve(self, port: int, address: str = "0.0.0.0") -> None:
-        """Serve /metrics from a daemon thread of this process."""
+    def serve(self, port: int, address: str = "127.0.0.1") -> None:
+        """Serve /metrics from a daemon thread of this process, on this machine only unless
+        told another address ("0.0.0.0": every interface)."""
         from prometheus_client import start_http_server
 
         start_http_server(port, address, registry=self.registry)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from redis.exceptions import NoPermissionError
+
 from mooncake_redis.capacity.admission import usage
 from mooncake_redis.context import Context
 from mooncake_redis.keys import NAMESPACE_MARKER_PATTERNS, namespace_of_marker
@@ -50,8 +52,15 @@ def namespace_exists(ctx: Context) -> bool:
         reply is True or (isinstance(reply, int) and reply > 0) for reply in others)
 
 
-def namespace_usages(client: Any) -> list[NamespaceUsage]:
+def namespace_usages(client: Any) -> tuple[list[NamespaceUsage], list[str]]:
     """Every namespace found, with its usage (one round trip per namespace, per node on a
-    cluster); opened read-only, so nothing is written."""
-    return [NamespaceUsage(name, usage(Context.open(client, name, read_only=True)))
-            for name in find_namespaces(client)]
+    cluster; opened read-only, so nothing is written), and the names of those the client's
+    ACL user may not read (a user of one namespace sees the others' keys in SCAN)."""
+    found, refused = [], []
+    for name in find_namespaces(client):
+        try:
+            found.append(NamespaceUsage(name, usage(Context.open(client, name,
+                                                                 read_only=True))))
+        except NoPermissionError:
+            refused.append(name)
+    return found, refused

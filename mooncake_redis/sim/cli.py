@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import platform
 from dataclasses import asdict, fields
-from pathlib import Path
 from typing import Any
 
+from mooncake_redis.cli.support import writable_directory
 from mooncake_redis.sim.anchors import optimum_note
 from mooncake_redis.sim.arguments import (
     at_least,
@@ -139,8 +139,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     output = parser.add_argument_group("output")
     output.add_argument(
         "--out",
-        type=Path,
-        default=Path("out/sim"),
+        type=writable_directory,  # checked before the run, not after it
+        default="out/sim",
         help=f"directory for {CSV_NAME}, {JSON_NAME} and (with --plot) {PLOT_NAME}",
     )
     output.add_argument(

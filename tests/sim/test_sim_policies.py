@@ -152,8 +152,8 @@ def test_hit_rate_belongs_to_the_policy_not_the_index(policy: str) -> None:
                        answer_tokens=6, layers=1, heads=2, seed=5)
     )
     settings = SimulationSettings()
-    hits = {
-        run_one(workload, index, policy, 0.1, settings, memory_bytes=0).hits
+    hits = {  # at 0.2 every policy evicts and still hits (at 0.1 prefix-protected hit 0)
+        run_one(workload, index, policy, 0.2, settings, memory_bytes=0).hits
         for index in COMPLETE_INDEXES
     }
-    assert len(hits) == 1
+    assert len(hits) == 1 and min(hits) > 0, hits

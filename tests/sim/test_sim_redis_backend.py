@@ -79,7 +79,10 @@ def test_leaf_first_eviction_never_orphans_a_page_and_leaves_a_sound_tree(
     radix = results["radix"]
     assert radix.orphaned_pages == radix.orphaned_bytes == radix.peak_orphaned_bytes == 0
     assert radix.census_orphaned_pages == 0 and radix.hits == radix.usable_hits
-    assert check(Index.from_url(url, namespace=radix.namespace).ctx).clean
+    index = Index.from_url(url, namespace=radix.namespace, read_only=True)
+    report, usage = check(index.ctx), index.usage()
+    assert report.clean, report.problems
+    assert report.objects == usage.objects > 0 and report.nodes == usage.nodes > 0  # the run's
 
 
 def test_lease_ordered_eviction_orphans_pages_and_reuses_less(
