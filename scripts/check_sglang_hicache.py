@@ -271,9 +271,51 @@ def check_v1_and_v2(storage: Any, factory: Any, directory: str) -> None:
     check(got == {mamba_name: [True]} and target.data[:PAGE_BYTES] ==
           mamba.data[3 * PAGE_BYTES:4 * PAGE_BYTES], f"batch_get_v2 read the state: {got}")
     keys = sorted(backend.plane.index.get_node(chain[3]).keys)
-    check(keys == [chain[3], chain[3] + "_mamba_1_2"],
+    check(keys == [chain[3] + "_check", chain[3] + "_mamba_check_1_2"],
           f"an MLA page and its TP-sharded Mamba state share the page's node: {keys}")
     backend.close()
+
+
+def check_models(storage: Any, factory: Any, directory: str) -> None:
+    """Two models on one namespace, Redis and directory: SGLang hashes tokens alone, so
+    one prompt gives both the same page hashes; the model name SGLang's config carries
+    keeps their pages apart. A config without one is refused."""
+    backends = {}
+    directory = tempfile.mkdtemp(dir=directory)
+    for model in ("org/model-a", "model-b"):
+        config = storage_config(storage, directory, "models", model_name=model)
+        backends[model] = factory.StorageBackendFactory.create_backend("dynamic", config,
+                                                                        BytePool(8))
+        backends[model].register_mem_pool_host(BytePool(8))
+    chain = page_chain(4)
+    extra = storage.HiCacheStorageExtraInfo
+    written = backends["org/model-a"].batch_set_v1(chain, list(range(16)), extra([]))
+    hits = backends["model-b"].batch_exists(chain, extra([]))
+    read = backends["model-b"].batch_get_v1(chain, list(range(16)), extra([]))
+    check(all(written) and hits == 0 and not any(read),
+          f"model B's hit query finds none of model A's 4 pages ({hits}) and reads none "
+          f"({read})")
+    for backend in backends.values():
+        backend.close()
+    try:
+        config = storage_config(storage, directory, "models", model_name=None)
+        factory.StorageBackendFactory.create_backend("dynamic", config, BytePool(8))
+        refused = ""
+    except Exception as error:  # SGLang's factory may wrap it
+        refused = str(error)
+    check("needs the model's name" in refused,
+          f"a config without a model name is refused: {refused[:120]!r}")
+
+
+def check_dcp_refused(wheel: Path) -> None:
+    """docs/INTEGRATIONS.md says SGLang refuses DCP for a dynamic backend; the wheel's
+    cache controller must say so too."""
+    with zipfile.ZipFile(wheel) as archive:
+        source = archive.read("sglang/srt/managers/cache_controller.py").decode()
+    check('if storage_backend not in ("file", "mooncake"):' in source and
+          "HiCache L3 with DCP requires file or Mooncake storage." in source,
+          "SGLang's cache controller refuses DCP for any storage backend but file and "
+          "mooncake (so for this dynamic one)")
 
 
 def check_keys(storage: Any) -> None:
@@ -367,6 +409,43 @@ def check_with_sglangs_controller(storage: Any, directory: str) -> None:
         backend.close()
 
 
+def check_write_back_without_prefix_keys(storage: Any, directory: str) -> None:
+    """SGLang's defaults: _page_backup of one radix node of 260 pages cuts it into calls of
+    128, 128 and 4 pages, each with prefix_keys None and a slice of the node's host-index
+    tensor; the backend links each call's first page under the call before's last at write
+    time, so eviction before any read takes the chain's tail."""
+    import torch
+
+    from mooncake_redis.engines.sglang.hicache import MooncakeRedisHiCache
+
+    controller = importlib.import_module("sglang.srt.managers.cache_controller")
+    hashes = importlib.import_module("sglang.srt.mem_cache.utils").get_storage_hash_str
+    tokens = list(range(5000, 5000 + 260 * PAGE_SIZE))
+    node = hashes(tokens, None, page_size=PAGE_SIZE)
+    pool = TensorPool(torch, pages=260)
+    backend = MooncakeRedisHiCache(
+        storage_config(storage, tempfile.mkdtemp(dir=directory), "defaults"), {})
+    backend.register_mem_pool_host(pool)
+    stub = types.SimpleNamespace(page_size=PAGE_SIZE, storage_backend=backend)
+    stub.page_set_func = types.MethodType(controller.HiCacheController._page_set_zero_copy,
+                                          stub)
+    operation = controller.StorageOperation(torch.arange(260 * PAGE_SIZE), tokens,
+                                            hash_value=node, prefix_keys=None)
+    controller.HiCacheController._page_backup(stub, operation)
+    index = backend.plane.index
+    parents = [index.get_node(node[page]).parent == node[page - 1] for page in (128, 256)]
+    counters = (backend.counters.batches_without_parent, backend.counters.batches_continued)
+    check(operation.completed_tokens == 260 * PAGE_SIZE and all(parents) and
+          counters == (1, 2), f"without prefix keys, SGLang's _page_backup of a 260-page "
+                              f"node is one chain at write time: pages 128 and 256 linked "
+                              f"{parents}, (batches without parent, continued) {counters}")
+    index.evict(200 * PAGE_BYTES / index.usage().capacity_bytes)
+    usable = backend.batch_exists(node)
+    check(usable == index.usage().objects == 200,
+          f"evicted to 200 pages before any read: {usable} usable (the chain's tail went)")
+    backend.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -387,9 +466,12 @@ def main(argv: list[str] | None = None) -> int:
     directory = tempfile.mkdtemp(prefix="sglang-check-")
     check_interface(storage, MooncakeRedisHiCache)
     check_v1_and_v2(storage, factory, directory)
+    check_models(storage, factory, directory)
     check_keys(storage)
+    check_dcp_refused(wheel)
     if full:
         check_with_sglangs_controller(storage, directory)
+        check_write_back_without_prefix_keys(storage, directory)
     print(f"{len(problems)} mismatches" if problems else "every check passed")
     return 1 if problems else 0
 
