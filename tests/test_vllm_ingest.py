@@ -391,6 +391,17 @@ def step_until(ingester: Ingester, done: object) -> None:
         ingester.step(50)
 
 
+def step_hearing(ingester: Ingester, publisher: Publisher, seq: int, payload: bytes,
+                 done: object) -> None:
+    """Step until done() holds, sending batch seq's bytes again before each step (a SUB
+    socket misses what is sent before it has joined; the feed skips repeats)."""
+    def heard() -> bool:
+        publisher.send_raw(b"kv", seq.to_bytes(8, "big"), payload)
+        return bool(done())  # type: ignore[operator]
+
+    step_until(ingester, heard)
+
+
 def seq_reached(ingester: Ingester, seq: int) -> object:
     return lambda: ingester.feed.last_seq is not None and ingester.feed.last_seq >= seq
 
@@ -485,11 +496,7 @@ def test_a_fresh_ingester_asks_for_what_the_engine_buffers(real_index: Index) ->
             last = chain_batch(3)
             publisher.publish(last, send=False)
 
-            def heard() -> bool:  # the same bytes until the subscription hears them
-                publisher.send_raw(b"kv", (3).to_bytes(8, "big"), last)
-                return ingester.batches == 4
-
-            step_until(ingester, heard)
+            step_hearing(ingester, publisher, 3, last, lambda: ingester.batches == 4)
             assert pods_for_prefix(real_index, CHAIN) == [("pod-a", 4)]
             assert ingester.feed.counters.restarts == 0
 
@@ -540,11 +547,7 @@ def test_a_restarted_ingester_resumes_where_the_last_one_stopped(real_index: Ind
         last_seq, last_digest = stored_position(real_index, "pod-a") or (None, None)
         with following(real_index, publisher, subscribed=False, last_seq=last_seq,
                        last_digest=last_digest) as (restarted, _):
-            def heard() -> bool:  # until the new subscription hears base + 3
-                publisher.send_raw(b"kv", (base + 3).to_bytes(8, "big"), last)
-                return restarted.batches >= 3
-
-            step_until(restarted, heard)
+            step_hearing(restarted, publisher, base + 3, last, lambda: restarted.batches >= 3)
             assert publisher.requests[-1] == base  # from the stored batch: its digest matches
             assert (restarted.feed.counters.replayed, restarted.feed.counters.missed) == (2, 0)
             assert pods_for_prefix(real_index, CHAIN) == [("pod-a", 4)]
@@ -570,11 +573,7 @@ def test_an_ingester_started_before_the_engine_asks_for_the_first_batches(
             last = chain_batch(3)
             publisher.publish(last, send=False)
 
-            def heard() -> bool:  # the same bytes until the subscription hears them
-                publisher.send_raw(b"kv", (3).to_bytes(8, "big"), last)
-                return ingester.batches == 4
-
-            step_until(ingester, heard)
+            step_hearing(ingester, publisher, 3, last, lambda: ingester.batches == 4)
             counters = ingester.feed.counters
             assert publisher.requests == [0]
             assert (counters.replayed, counters.missed, counters.gaps) == (3, 0, 0)
@@ -592,11 +591,7 @@ def test_without_replay_the_batches_before_the_first_heard_are_missed(
         last = chain_batch(3)
         publisher.publish(last, send=False)
 
-        def heard() -> bool:
-            publisher.send_raw(b"kv", (3).to_bytes(8, "big"), last)
-            return ingester.batches == 1
-
-        step_until(ingester, heard)
+        step_hearing(ingester, publisher, 3, last, lambda: ingester.batches == 1)
         assert (ingester.feed.counters.missed, ingester.feed.counters.gaps) == (3, 0)
 
 
@@ -620,11 +615,8 @@ def test_an_engine_restarted_while_the_ingester_was_down_is_told_by_the_digest(
         second_run.publish(last, send=False)
         with following(real_index, second_run, subscribed=False, last_seq=last_seq,
                        last_digest=last_digest) as (resumed, _):
-            def heard() -> bool:
-                second_run.send_raw(b"kv", (base + 3).to_bytes(8, "big"), last)
-                return resumed.feed.last_seq == base + 3
-
-            step_until(resumed, heard)
+            step_hearing(resumed, second_run, base + 3, last,
+                         lambda: resumed.feed.last_seq == base + 3)
             assert resumed.feed.counters.restarts == 1 and resumed.applied.cleared == 4
             assert [bool(pod_objects(real_index, block)) for block in CHAIN] == \
                 [False] * 4 + [True]
