@@ -625,8 +625,10 @@ def test_an_engine_restarted_while_the_ingester_was_down_is_told_by_the_digest(
 
 @pytest.mark.parametrize("replay", [False, True], ids=["without-replay", "buffer-lost-it"])
 def test_a_late_batch_is_not_a_restart(real_index: Index, replay: bool) -> None:
-    """A batch a gap counted missed, heard after later ones, is skipped and counted late.
-    Before, its number going back read as an engine restart and cleared the pod."""
+    """A batch a gap counted missed, heard after later ones, is skipped and counted late:
+    the replay socket still holds the last batch applied, with its bytes (without one: the
+    number lies in a gap of this run). Before, its number going back read as an engine
+    restart and cleared the pod."""
     with engine(replay=replay) as publisher, following(real_index, publisher) as (ingester, base):
         feed = ingester.feed
         publisher.publish(chain_batch(0))
@@ -643,6 +645,25 @@ def test_a_late_batch_is_not_a_restart(real_index: Index, replay: bool) -> None:
             (0, 1, 0)
         assert [bool(pod_objects(real_index, block)) for block in CHAIN[:4]] == \
             [True, False, True, True]
+
+
+def test_a_restart_is_not_taken_for_late_batches(real_index: Index) -> None:
+    """A fresh ingester without --replay heard the engine first at batch 5 (0..4 counted
+    missed), then the engine restarted: its batch 0 is a restart, not a late batch, since
+    0..4 were never between two batches this ingester applied."""
+    with engine(replay=False) as publisher, \
+            following(real_index, publisher, subscribed=False) as (ingester, _):
+        for _ in range(5):
+            publisher.publish(encode_batch(), send=False)
+        first = chain_batch(0)
+        publisher.publish(first, send=False)
+        step_hearing(ingester, publisher, 5, first, lambda: ingester.batches == 1)
+        assert ingester.feed.counters.missed == 5
+        publisher.publish(encode_batch(stored([CHAIN[4]])), seq=0)  # the engine restarted
+        step_until(ingester, lambda: ingester.feed.counters.restarts == 1)
+        assert (ingester.feed.counters.late, ingester.applied.cleared) == (0, 2)
+        assert [bool(pod_objects(real_index, block)) for block in CHAIN] == \
+            [False] * 4 + [True]
 
 
 def test_a_bad_batch_is_skipped_and_the_next_applied(real_index: Index) -> None:

@@ -15,11 +15,13 @@ skipped sequence number is a gap: with a replay endpoint the missing batches are
 and delivered before the one that showed the gap; those the engine no longer buffers, or
 all of them without a replay endpoint, are counted as missed (the tree then lacks their
 blocks until they are stored again or removed). A batch heard again (the same number and
-bytes: vLLM promises at least once) is a duplicate, skipped and counted; a missed batch
-heard after later ones is late, skipped and counted (applying it out of order could undo
-what a later batch did). A sequence number that goes back otherwise, or comes again with
-other bytes, means the publisher started over: the engine restarted, and its cache with
-it. A feed resumed at a stored position tells a restart the same way when the engine
+bytes: vLLM promises at least once) is a duplicate, skipped and counted. A sequence number
+that goes back otherwise, or comes again with other bytes, means the publisher started
+over (the engine restarted, and its cache with it) unless the engine still runs the run
+this feed follows: the replay socket still holds the last batch applied, with its bytes
+(or, where it cannot be asked, the number lies in a gap this run counted missed). Then the
+batch is late: skipped and counted (applied out of order it could undo what a later
+batch did). A feed resumed at a stored position tells a restart the same way when the engine
 published past that position meanwhile: it asks the replay socket for the stored batch,
 and other bytes under its number mean another run.
 """
@@ -42,7 +44,8 @@ END_SEQ = (-1).to_bytes(8, "big", signed=True)
 RECENT = 1024
 """Batches whose digests a feed keeps, to tell a duplicate from a restart."""
 MISSED_RANGES = 64
-"""Runs of missed batches a feed remembers, to tell a late batch from a restart."""
+"""Gaps (runs of missed batches between two delivered ones) a feed remembers, to tell a
+late batch from a restart where the replay socket cannot be asked."""
 
 
 def digest(payload: bytes) -> str:
@@ -116,8 +119,9 @@ class Feed:
         """seq -> digest of the last RECENT batches delivered (None: not known)."""
         if last_seq is not None:
             self._recent[last_seq] = last_digest
-        self._missed: list[range] = []
-        """The last MISSED_RANGES runs of batches counted missed in this run."""
+        self._gaps: list[range] = []
+        """The last MISSED_RANGES gaps of this run: runs of batches counted missed between
+        two delivered ones."""
         self._catch_up = last_seq is None and replay_endpoint is not None
         """Ask the replay socket for everything it buffers before the first batch."""
         self._check_run = last_seq is not None and last_digest is not None and \
@@ -156,7 +160,7 @@ class Feed:
         deliveries = [Delivery(seq, got[seq]) for seq in sorted(got)]
         oldest = deliveries[0].seq
         self.counters.replayed += len(deliveries)
-        self._count_lost(0, oldest, got)
+        self.counters.missed += oldest
         log.info("indexing the %d batches the engine buffers (%d..%d) before following it%s",
                  len(deliveries), oldest, deliveries[-1].seq,
                  f"; batches 0..{oldest - 1} are no longer buffered: their blocks are missing "
@@ -186,7 +190,8 @@ class Feed:
             return []
         got = self._ask_replay(0, seq) if self.replay_endpoint else {}
         self.counters.replayed += len(got)
-        lost = self._count_lost(0, seq, got)
+        lost = seq - len(got)
+        self.counters.missed += lost
         if lost:
             log.warning("%d of the batches published before the first one heard (0..%d) are "
                         "lost (%s): their blocks are missing from the tree until stored again "
@@ -201,13 +206,24 @@ class Feed:
             self.counters.duplicates += 1
             log.debug("skipping batch %d: heard before", seq)
             return []
-        if any(seq in missed for missed in self._missed):
+        if self._is_late(seq):
             self.counters.late += 1
-            log.warning("skipping batch %d: heard after batch %d, when it was counted missed "
-                        "(applied now, it could undo what a later batch did)", seq,
-                        self.last_seq)
+            log.warning("skipping batch %d: heard after batch %d of the same run (applied "
+                        "now, it could undo what a later batch did)", seq, self.last_seq)
             return []
         return self._restarted(seq, payload, f"batch {seq} heard after {self.last_seq}")
+
+    def _is_late(self, seq: int) -> bool:
+        """Whether a batch whose number went back is one of the run this feed follows:
+        the replay socket still holds the last batch applied, with its bytes; where it
+        cannot be asked (none, no answer, or it lacks that batch), whether seq lies in a
+        gap this run counted missed."""
+        assert self.last_seq is not None
+        if self.replay_endpoint:
+            got = self._ask_replay(self.last_seq, self.last_seq + 1)
+            if self.last_seq in got:
+                return digest(got[self.last_seq]) == self._recent.get(self.last_seq)
+        return any(seq in gap for gap in self._gaps)
 
     def _another_run(self, got: dict[int, bytes]) -> bool:
         """Whether the replay socket's batches show that the engine restarted since the
@@ -228,25 +244,24 @@ class Feed:
         log.warning("the publisher's sequence started over (%s): the engine restarted, so "
                     "the blocks it held are gone", sign)
         self._recent.clear()
-        self._missed.clear()
-        deliveries = [*(self._fill(0, seq) if seq else []), Delivery(seq, payload)]
+        self._gaps.clear()
+        self._check_run = False
+        deliveries = [*(self._fill(0, seq, gap=False) if seq else []),
+                      Delivery(seq, payload)]
         first = deliveries[0]
         deliveries[0] = Delivery(first.seq, first.payload, restarted=True)
         return self._delivered(deliveries)
 
-    def _count_lost(self, first: int, stop: int, got: dict[int, bytes]) -> int:
-        """Count batches first .. stop-1 that got lacks as missed; how many."""
+    def _remember_gaps(self, first: int, stop: int, got: dict[int, bytes]) -> None:
+        """The runs of batches first .. stop-1 that got lacks, as gaps of this run."""
         runs, start = [], first
-        for seq in sorted(number for number in got if first <= number < stop):
+        for seq in sorted(got):
             if seq > start:
                 runs.append(range(start, seq))
             start = seq + 1
         if stop > start:
             runs.append(range(start, stop))
-        self._missed = [*self._missed, *runs][-MISSED_RANGES:]
-        lost = sum(map(len, runs))
-        self.counters.missed += lost
-        return lost
+        self._gaps = [*self._gaps, *runs][-MISSED_RANGES:]
 
     def _is_duplicate(self, seq: int, payload: bytes) -> bool:
         """A batch delivered already: its number is among the recent ones with the same
@@ -266,16 +281,20 @@ class Feed:
         self.counters.batches += len(deliveries)
         return deliveries
 
-    def _fill(self, first: int, stop: int, asked: dict[int, bytes] | None = None
-              ) -> list[Delivery]:
+    def _fill(self, first: int, stop: int, asked: dict[int, bytes] | None = None,
+              gap: bool = True) -> list[Delivery]:
         """Batches first .. stop-1, as far as the replay socket still has them (asked: its
-        answer already, from first or before)."""
+        answer already, from first or before); gap: the missing ones lie between two
+        batches of this run (not before a restarted run's first)."""
         self.counters.gaps += 1
         if asked is None:
             asked = self._ask_replay(first, stop) if self.replay_endpoint else {}
         got = {seq: payload for seq, payload in asked.items() if first <= seq < stop}
         self.counters.replayed += len(got)
-        lost = self._count_lost(first, stop, got)
+        lost = stop - first - len(got)
+        self.counters.missed += lost
+        if lost and gap:
+            self._remember_gaps(first, stop, got)
         if lost:
             log.warning("sequence gap %d..%d: %d batches replayed, %d lost (%s); their blocks "
                         "are missing from the tree until stored again or removed", first,
