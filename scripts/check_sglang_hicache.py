@@ -19,7 +19,8 @@ HiCacheController code (cache_controller.py: _page_backup, _page_set_zero_copy,
 _storage_hit_query, _page_transfer with SGLang's StorageOperation, PrefetchOperation and
 page hashes) over a host pool of torch tensors: a 6-page chain backed up as two radix
 nodes (4 + 2 pages) with and without "hicache_storage_pass_prefix_keys", one page
-evicted, and the pages prefetched back. An environment for that (SGLang's imports that
+evicted, and the pages prefetched back; and a 260-page radix node backed up without the
+flag, one chain at write time. An environment for that (SGLang's imports that
 cache_controller.py reaches, CPU torch 2.13.0), on a machine without a GPU:
 
     python3.11 -m venv .venv-check
@@ -41,8 +42,10 @@ torchvision is built against PyPI's CUDA torch and fails beside CPU torch with
 "RuntimeError: operator torchvision::nms does not exist". The CPU index above has both
 as CPU builds (torch 2.13.0+cpu, torchvision 0.28.0+cpu); installed first, the CPU torch
 satisfies what the second line's packages ask of torch, so pip leaves it. Where that
-index cannot be reached, a local torch-2.13.0+cpu wheel installs the same way, but
-torchvision then needs a CPU build of 0.28.0 from somewhere.
+index cannot be reached, `pip install torch==2.13.0` of a local torch-2.13.0+cpu wheel
+installs the same way; leave torchvision out then: where none is installed (and torch and
+SGLang are), the script answers SGLang's imports of torchvision with a stand-in whose
+every name is a placeholder (TorchvisionStandIn), and says so.
 
 Everything runs on the in-process store (memory://) and a temporary directory. Prints what
 it did; exit 1 on a mismatch.
@@ -53,6 +56,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib
+import importlib.abc
 import importlib.util
 import inspect
 import queue
@@ -87,6 +91,11 @@ def check(ok: bool, what: str) -> None:
 
 def installed_sglang(wheel: Path) -> bool:
     """Whether this wheel's SGLang is installed with its imports (the full checks)."""
+    if importlib.util.find_spec("sglang") and importlib.util.find_spec("torch") and \
+            importlib.util.find_spec("torchvision") is None:
+        sys.meta_path.insert(0, TorchvisionStandIn())
+        print("torchvision is not installed: a stand-in answers SGLang's imports of it (no "
+              "torchvision code runs in these checks)")
     try:
         version = importlib.import_module("sglang.version").__version__
         importlib.import_module("sglang.srt.managers.cache_controller")
@@ -98,6 +107,45 @@ def installed_sglang(wheel: Path) -> bool:
         print(f"the installed SGLang is {version}, not the wheel's: base checks only")
         return False
     return True
+
+
+class Placeholder:
+    """Any name of the torchvision stand-in: called, subclassed or looked into, it gives
+    another placeholder."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Placeholder:
+        return Placeholder()
+
+    def __getattr__(self, name: str) -> Placeholder:
+        return Placeholder()
+
+    def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[type, ...]:
+        return (object,)
+
+
+class TorchvisionStandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """torchvision and each of its submodules as modules whose every name is a Placeholder:
+    SGLang's multimodal configs import torchvision.transforms when the cache controller is
+    imported, and PyPI has no CPU build of torchvision (its CUDA build fails beside a CPU
+    torch); nothing checked here runs torchvision code."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name.partition(".")[0] != "torchvision":
+            return None
+        return importlib.util.spec_from_loader(name, self, is_package=True)
+
+    def create_module(self, spec: Any) -> types.ModuleType:
+        module = types.ModuleType(spec.name)
+        module.__getattr__ = lambda name: Placeholder()  # type: ignore[method-assign]
+        module.__path__ = []
+        module.__version__ = "0.28.0"  # type: ignore[attr-defined]  # torch 2.13.0's match
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
 
 
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
