@@ -43,7 +43,7 @@ END_SEQ = (-1).to_bytes(8, "big", signed=True)
 """The replay socket's end-of-replay marker (vLLM's ZmqEventPublisher.END_SEQ)."""
 RECENT = 1024
 """Batches whose digests a feed keeps, to tell a duplicate from a restart."""
-MISSED_RANGES = 64
+GAPS_KEPT = 64
 """Gaps (runs of missed batches between two delivered ones) a feed remembers, to tell a
 late batch from a restart where the replay socket cannot be asked."""
 
@@ -71,7 +71,7 @@ class FeedCounters:
     duplicates: int = 0
     """Batches heard again (same number, same bytes): skipped."""
     late: int = 0
-    """Missed batches heard after later ones: skipped (counted in missed already)."""
+    """Batches of the run followed heard after later ones (counted missed then): skipped."""
     malformed: int = 0
     """Messages that are not [topic, seq, payload]."""
 
@@ -120,7 +120,7 @@ class Feed:
         if last_seq is not None:
             self._recent[last_seq] = last_digest
         self._gaps: list[range] = []
-        """The last MISSED_RANGES gaps of this run: runs of batches counted missed between
+        """The last GAPS_KEPT gaps of this run: runs of batches counted missed between
         two delivered ones."""
         self._catch_up = last_seq is None and replay_endpoint is not None
         """Ask the replay socket for everything it buffers before the first batch."""
@@ -261,7 +261,7 @@ class Feed:
             start = seq + 1
         if stop > start:
             runs.append(range(start, stop))
-        self._gaps = [*self._gaps, *runs][-MISSED_RANGES:]
+        self._gaps = [*self._gaps, *runs][-GAPS_KEPT:]
 
     def _is_duplicate(self, seq: int, payload: bytes) -> bool:
         """A batch delivered already: its number is among the recent ones with the same
