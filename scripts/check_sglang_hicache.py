@@ -19,7 +19,8 @@ HiCacheController code (cache_controller.py: _page_backup, _page_set_zero_copy,
 _storage_hit_query, _page_transfer with SGLang's StorageOperation, PrefetchOperation and
 page hashes) over a host pool of torch tensors: a 6-page chain backed up as two radix
 nodes (4 + 2 pages) with and without "hicache_storage_pass_prefix_keys", one page
-evicted, and the pages prefetched back. An environment for that (SGLang's imports that
+evicted, and the pages prefetched back; and a 260-page radix node backed up without the
+flag, one chain at write time. An environment for that (SGLang's imports that
 cache_controller.py reaches, CPU torch 2.13.0), on a machine without a GPU:
 
     python3.11 -m venv .venv-check
@@ -41,8 +42,10 @@ torchvision is built against PyPI's CUDA torch and fails beside CPU torch with
 "RuntimeError: operator torchvision::nms does not exist". The CPU index above has both
 as CPU builds (torch 2.13.0+cpu, torchvision 0.28.0+cpu); installed first, the CPU torch
 satisfies what the second line's packages ask of torch, so pip leaves it. Where that
-index cannot be reached, a local torch-2.13.0+cpu wheel installs the same way, but
-torchvision then needs a CPU build of 0.28.0 from somewhere.
+index cannot be reached, `pip install torch==2.13.0` of a local torch-2.13.0+cpu wheel
+installs the same way; leave torchvision out then: where none is installed (and torch and
+SGLang are), the script answers SGLang's imports of torchvision with a stand-in whose
+every name is a placeholder (TorchvisionStandIn), and says so.
 
 Everything runs on the in-process store (memory://) and a temporary directory. Prints what
 it did; exit 1 on a mismatch.
@@ -53,6 +56,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib
+import importlib.abc
 import importlib.util
 import inspect
 import queue
@@ -87,6 +91,11 @@ def check(ok: bool, what: str) -> None:
 
 def installed_sglang(wheel: Path) -> bool:
     """Whether this wheel's SGLang is installed with its imports (the full checks)."""
+    if importlib.util.find_spec("sglang") and importlib.util.find_spec("torch") and \
+            importlib.util.find_spec("torchvision") is None:
+        sys.meta_path.insert(0, TorchvisionStandIn())
+        print("torchvision is not installed: a stand-in answers SGLang's imports of it (no "
+              "torchvision code runs in these checks)")
     try:
         version = importlib.import_module("sglang.version").__version__
         importlib.import_module("sglang.srt.managers.cache_controller")
@@ -98,6 +107,45 @@ def installed_sglang(wheel: Path) -> bool:
         print(f"the installed SGLang is {version}, not the wheel's: base checks only")
         return False
     return True
+
+
+class Placeholder:
+    """Any name of the torchvision stand-in: called, subclassed or looked into, it gives
+    another placeholder."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Placeholder:
+        return Placeholder()
+
+    def __getattr__(self, name: str) -> Placeholder:
+        return Placeholder()
+
+    def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[type, ...]:
+        return (object,)
+
+
+class TorchvisionStandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """torchvision and each of its submodules as modules whose every name is a Placeholder:
+    SGLang's multimodal configs import torchvision.transforms when the cache controller is
+    imported, and PyPI has no CPU build of torchvision (its CUDA build fails beside a CPU
+    torch); nothing checked here runs torchvision code."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name.partition(".")[0] != "torchvision":
+            return None
+        return importlib.util.spec_from_loader(name, self, is_package=True)
+
+    def create_module(self, spec: Any) -> types.ModuleType:
+        module = types.ModuleType(spec.name)
+        module.__getattr__ = lambda name: Placeholder()  # type: ignore[method-assign]
+        module.__path__ = []
+        module.__version__ = "0.28.0"  # type: ignore[attr-defined]  # torch 2.13.0's match
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
 
 
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -271,9 +319,51 @@ def check_v1_and_v2(storage: Any, factory: Any, directory: str) -> None:
     check(got == {mamba_name: [True]} and target.data[:PAGE_BYTES] ==
           mamba.data[3 * PAGE_BYTES:4 * PAGE_BYTES], f"batch_get_v2 read the state: {got}")
     keys = sorted(backend.plane.index.get_node(chain[3]).keys)
-    check(keys == [chain[3], chain[3] + "_mamba_1_2"],
+    check(keys == [chain[3] + "_check", chain[3] + "_mamba_check_1_2"],
           f"an MLA page and its TP-sharded Mamba state share the page's node: {keys}")
     backend.close()
+
+
+def check_models(storage: Any, factory: Any, directory: str) -> None:
+    """Two models on one namespace, Redis and directory: SGLang hashes tokens alone, so
+    one prompt gives both the same page hashes; the model name SGLang's config carries
+    keeps their pages apart. A config without one is refused."""
+    backends = {}
+    directory = tempfile.mkdtemp(dir=directory)
+    for model in ("org/model-a", "model-b"):
+        config = storage_config(storage, directory, "models", model_name=model)
+        backends[model] = factory.StorageBackendFactory.create_backend("dynamic", config,
+                                                                        BytePool(8))
+        backends[model].register_mem_pool_host(BytePool(8))
+    chain = page_chain(4)
+    extra = storage.HiCacheStorageExtraInfo
+    written = backends["org/model-a"].batch_set_v1(chain, list(range(16)), extra([]))
+    hits = backends["model-b"].batch_exists(chain, extra([]))
+    read = backends["model-b"].batch_get_v1(chain, list(range(16)), extra([]))
+    check(all(written) and hits == 0 and not any(read),
+          f"model B's hit query finds none of model A's 4 pages ({hits}) and reads none "
+          f"({read})")
+    for backend in backends.values():
+        backend.close()
+    try:
+        config = storage_config(storage, directory, "models", model_name=None)
+        factory.StorageBackendFactory.create_backend("dynamic", config, BytePool(8))
+        refused = ""
+    except Exception as error:  # SGLang's factory may wrap it
+        refused = str(error)
+    check("needs the model's name" in refused,
+          f"a config without a model name is refused: {refused[:120]!r}")
+
+
+def check_dcp_refused(wheel: Path) -> None:
+    """docs/INTEGRATIONS.md says SGLang refuses DCP for a dynamic backend; the wheel's
+    cache controller must say so too."""
+    with zipfile.ZipFile(wheel) as archive:
+        source = archive.read("sglang/srt/managers/cache_controller.py").decode()
+    check('if storage_backend not in ("file", "mooncake"):' in source and
+          "HiCache L3 with DCP requires file or Mooncake storage." in source,
+          "SGLang's cache controller refuses DCP for any storage backend but file and "
+          "mooncake (so for this dynamic one)")
 
 
 def check_keys(storage: Any) -> None:
@@ -367,6 +457,43 @@ def check_with_sglangs_controller(storage: Any, directory: str) -> None:
         backend.close()
 
 
+def check_write_back_without_prefix_keys(storage: Any, directory: str) -> None:
+    """SGLang's defaults: _page_backup of one radix node of 260 pages cuts it into calls of
+    128, 128 and 4 pages, each with prefix_keys None and a slice of the node's host-index
+    tensor; the backend links each call's first page under the call before's last at write
+    time, so eviction before any read takes the chain's tail."""
+    import torch
+
+    from mooncake_redis.engines.sglang.hicache import MooncakeRedisHiCache
+
+    controller = importlib.import_module("sglang.srt.managers.cache_controller")
+    hashes = importlib.import_module("sglang.srt.mem_cache.utils").get_storage_hash_str
+    tokens = list(range(5000, 5000 + 260 * PAGE_SIZE))
+    node = hashes(tokens, None, page_size=PAGE_SIZE)
+    pool = TensorPool(torch, pages=260)
+    backend = MooncakeRedisHiCache(
+        storage_config(storage, tempfile.mkdtemp(dir=directory), "defaults"), {})
+    backend.register_mem_pool_host(pool)
+    stub = types.SimpleNamespace(page_size=PAGE_SIZE, storage_backend=backend)
+    stub.page_set_func = types.MethodType(controller.HiCacheController._page_set_zero_copy,
+                                          stub)
+    operation = controller.StorageOperation(torch.arange(260 * PAGE_SIZE), tokens,
+                                            hash_value=node, prefix_keys=None)
+    controller.HiCacheController._page_backup(stub, operation)
+    index = backend.plane.index
+    parents = [index.get_node(node[page]).parent == node[page - 1] for page in (128, 256)]
+    counters = (backend.counters.batches_without_parent, backend.counters.batches_continued)
+    check(operation.completed_tokens == 260 * PAGE_SIZE and all(parents) and
+          counters == (1, 2), f"without prefix keys, SGLang's _page_backup of a 260-page "
+                              f"node is one chain at write time: pages 128 and 256 linked "
+                              f"{parents}, (batches without parent, continued) {counters}")
+    index.evict(200 * PAGE_BYTES / index.usage().capacity_bytes)
+    usable = backend.batch_exists(node)
+    check(usable == index.usage().objects == 200,
+          f"evicted to 200 pages before any read: {usable} usable (the chain's tail went)")
+    backend.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -387,9 +514,12 @@ def main(argv: list[str] | None = None) -> int:
     directory = tempfile.mkdtemp(prefix="sglang-check-")
     check_interface(storage, MooncakeRedisHiCache)
     check_v1_and_v2(storage, factory, directory)
+    check_models(storage, factory, directory)
     check_keys(storage)
+    check_dcp_refused(wheel)
     if full:
         check_with_sglangs_controller(storage, directory)
+        check_write_back_without_prefix_keys(storage, directory)
     print(f"{len(problems)} mismatches" if problems else "every check passed")
     return 1 if problems else 0
 

@@ -41,7 +41,7 @@ import tempfile
 import time
 import types
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -312,9 +312,14 @@ def main() -> int:
     args = parser.parse_args()
     kv_events = load_kv_events(args.wheel)
     print(f"vLLM's ZmqEventPublisher from {args.wheel.name}")
+    return checked(args.url, lambda url: run(kv_events, url))
+
+
+def checked(url: str | None, scenario: Callable[[str], None]) -> int:
+    """Run the scenario on the Redis at url (None: a redis-server of its own), print the
+    verdict; the exit code (1 on a mismatch)."""
     with contextlib.ExitStack() as stack:
-        url = args.url or stack.enter_context(redis_server())
-        run(kv_events, url)
+        scenario(url or stack.enter_context(redis_server()))
     print(f"{len(problems)} mismatches" if problems else "every check passed")
     return 1 if problems else 0
 

@@ -17,12 +17,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import numpy
 import pytest
 from clock import wait_until
 
 from mooncake_redis import Index
-from mooncake_redis.engines.sglang.hicache import MooncakeRedisHiCache
+from mooncake_redis.engines.sglang.hicache import (
+    MODEL_TAG_LENGTH,
+    MooncakeRedisHiCache,
+    continues,
+    model_tag,
+)
+from mooncake_redis.errors import ConfigurationError
 from mooncake_redis.files.byte_store import FileByteStore
 
 STORAGE_BATCH_SIZE = 128  # sglang.srt.mem_cache.hicache_storage.STORAGE_BATCH_SIZE
@@ -42,6 +50,7 @@ class StorageConfig:
     attn_cp_rank: int = 0
     attn_cp_size: int = 1
     is_mla_model: bool = False
+    model_name: str | None = "qwen-7b"
     dp_rank: int = 0
     extra_config: dict[str, Any] = field(default_factory=dict)
     dcp_size: int = 1
@@ -135,13 +144,14 @@ def make_backend(url: str, tmp_path: Path) -> Iterator[Factory]:
 def write_back(backend: MooncakeRedisHiCache, hashes: list[str], pool: HostPool,
                first_page: int = 0, prefix: list[str] | None = None,
                pass_prefix_keys: bool = True) -> None:
-    """cache_controller._page_backup with the zero-copy page_set_func; without
-    "hicache_storage_pass_prefix_keys" SGLang's prefix_keys are None throughout."""
+    """cache_controller._page_backup with the zero-copy page_set_func: the radix node's
+    host indices (a tensor of its own; a numpy array here) cut into slices of 128 pages;
+    without "hicache_storage_pass_prefix_keys" SGLang's prefix_keys are None throughout."""
     prefix_keys = list(prefix or []) if pass_prefix_keys else None
+    host_indices = numpy.arange(first_page * PAGE_SIZE, (first_page + len(hashes)) * PAGE_SIZE)
     for start in range(0, len(hashes), STORAGE_BATCH_SIZE):
         batch = hashes[start:start + STORAGE_BATCH_SIZE]
-        indices = list(range((first_page + start) * PAGE_SIZE,
-                             (first_page + start + len(batch)) * PAGE_SIZE))
+        indices = host_indices[start * PAGE_SIZE:(start + len(batch)) * PAGE_SIZE]
         assert all(backend.batch_set_v1(batch, indices, ExtraInfo(prefix_keys)))
         if prefix_keys is not None:
             prefix_keys += batch
@@ -221,12 +231,51 @@ def test_ranks_store_their_own_objects_in_one_node(make_backend: Factory) -> Non
     assert rank0.batch_set(hashes, [content(h) for h in hashes])
     assert rank1.batch_set(hashes[:2], [content(h) for h in hashes[:2]])
     node = rank0.plane.index.get_node(hashes[0])
-    assert sorted(node.keys) == [hashes[0] + "_0_2", hashes[0] + "_1_2"]
+    assert sorted(node.keys) == [hashes[0] + "_qwen-7b_0_2", hashes[0] + "_qwen-7b_1_2"]
     assert rank0.batch_exists(hashes) == 3
     assert rank1.batch_exists(hashes) == 2  # page 2 has rank 0's object only
     mla = make_backend(is_mla_model=True)
     assert mla.batch_set(hashes[:1], [content(hashes[0])])
-    assert rank0.plane.index.is_exist(hashes[0])  # MLA: the page hash is the key
+    assert rank0.plane.index.is_exist(hashes[0] + "_qwen-7b")  # MLA: the hash and the model
+
+
+def test_two_models_never_see_each_others_pages(make_backend: Factory, tmp_path: Path) -> None:
+    """SGLang hashes tokens alone: one prompt gives two models the same page hashes. Both
+    backends here share the default namespace, one Redis and one directory. Before, the
+    model was in no key: model B's hit query found model A's 6 pages and read A's bytes."""
+    model_a, model_b = make_backend(model_name="org/model-a"), make_backend(model_name="model-b")
+    hashes = page_hashes(list(range(6 * PAGE_SIZE)))
+    assert model_a.batch_set(hashes, [content("a" + h) for h in hashes])
+    assert model_b.batch_exists(hashes) == 0
+    assert model_b.batch_get(hashes) == [None] * 6
+    assert model_b.batch_set(hashes[:4], [content("b" + h) for h in hashes[:4]])
+    assert model_a.batch_get(hashes) == [content("a" + h) for h in hashes]
+    assert model_b.batch_get(hashes) == [content("b" + h) for h in hashes[:4]] + [None] * 2
+    assert model_b.counters.conflicting_pages == 0  # other keys, not a clash
+    assert sorted(model_a.plane.index.get_node(hashes[0]).keys) == \
+        [hashes[0] + "_model-b_0_1", hashes[0] + "_org-model-a_0_1"]
+    assert len(files(tmp_path)) == 10
+
+
+def test_a_backend_that_cannot_tell_the_model_refuses_to_start(url: str, tmp_path: Path
+                                                                ) -> None:
+    extra = {"url": url, "directory": str(tmp_path), "segment_capacity_bytes": 1 << 20,
+             "release_interval_s": 0}
+    for nameless in (None, ""):
+        with pytest.raises(ConfigurationError, match="needs the model's name"):
+            MooncakeRedisHiCache(StorageConfig(model_name=nameless, extra_config=extra), {})
+    assert files(tmp_path) == set()
+
+
+def test_a_long_model_name_is_cut_with_a_digest_of_the_whole() -> None:
+    """File names carry keys: a model path of 200 characters would not fit them."""
+    long_a, long_b = "/models/" + "a" * 200, "/models/" + "a" * 199 + "b"
+    tags = [model_tag(StorageConfig(model_name=name)) for name in (long_a, long_b)]
+    assert tags[0] != tags[1] and all(len(tag) == MODEL_TAG_LENGTH for tag in tags)
+    assert tags[0].startswith("-models-aaa")
+    wide = model_tag(StorageConfig(model_name="模型" * 30))  # percent-encoded: 9 bytes each
+    assert len(quote(wide, safe="")) <= MODEL_TAG_LENGTH
+    assert model_tag(StorageConfig(model_name="Qwen/Qwen3-8B")) == "Qwen-Qwen3-8B"
 
 
 # Not on fakeredis: the same scripts, 48 s there (5 s on Redis) for nothing more to see;
@@ -330,6 +379,62 @@ def test_a_chain_stored_without_prefix_keys_is_linked_by_the_hit_query(
     assert backend.counters.parents_linked == 1  # nothing more to link
 
 
+@pytest.mark.parametrize("backend", ["redis"])
+def test_with_sglangs_defaults_a_long_write_back_is_one_chain_at_write_time(
+        make_backend: Factory) -> None:
+    """A radix node of 300 pages, written back with SGLang's defaults (no prefix_keys) in
+    batches of 128, 128 and 44 whose host indices are slices of the node's: each batch's
+    first page is linked under the batch before's last at write time, so eviction before
+    any read takes the chain's tail. Before, pages 128 and 256 were roots and pages 127 and
+    255 leaves: eviction took from all three chains, and of the 200 pages left 78 were
+    usable."""
+    backend = make_backend(capacity=1 << 20)
+    pool = HostPool(pages=300)
+    backend.register_mem_pool_host(pool)
+    hashes = page_hashes(list(range(300 * PAGE_SIZE)))
+    write_back(backend, hashes, pool, pass_prefix_keys=False)
+    index = backend.plane.index
+    assert index.get_node(hashes[128]).parent == hashes[127]
+    assert index.get_node(hashes[256]).parent == hashes[255]
+    assert (backend.counters.batches_without_parent, backend.counters.batches_continued) == \
+        (1, 2)
+    index.evict(200 * PAGE_BYTES / index.usage().capacity_bytes)  # before any read
+    assert index.usage().objects == 200
+    assert backend.batch_exists(hashes) == 200  # leaf first: every page left is usable
+    assert backend.counters.parents_linked == 0  # the read had nothing to link
+
+
+def test_only_slices_of_one_write_back_are_linked_without_prefix_keys(
+        make_backend: Factory) -> None:
+    """What does not show a continued write-back leaves the first page unlinked: a batch
+    after one that was not full, indices of another array, indices as a list."""
+    backend = make_backend()
+    pool = HostPool(pages=400)
+    backend.register_mem_pool_host(pool)
+    hashes = page_hashes(list(range(400 * PAGE_SIZE)))
+    one_array = numpy.arange(400 * PAGE_SIZE)
+
+    def write(first: int, pages: int, indices: Any) -> None:
+        assert all(backend.batch_set_v1(hashes[first:first + pages], indices, ExtraInfo()))
+
+    write(0, 100, one_array[:100 * PAGE_SIZE])  # not a full batch
+    write(100, 28, one_array[100 * PAGE_SIZE:128 * PAGE_SIZE])
+    write(128, 128, one_array[128 * PAGE_SIZE:256 * PAGE_SIZE])
+    write(256, 10, numpy.arange(256 * PAGE_SIZE, 266 * PAGE_SIZE))  # another array
+    write(266, 128, list(range(266 * PAGE_SIZE, 394 * PAGE_SIZE)))
+    write(394, 6, list(range(394 * PAGE_SIZE, 400 * PAGE_SIZE)))  # a list tells nothing
+    parents = [backend.plane.index.get_node(hashes[i]).parent for i in (100, 128, 256, 266,
+                                                                          394)]
+    assert parents == [None] * 5
+    assert (backend.counters.batches_without_parent, backend.counters.batches_continued) == \
+        (6, 0)
+    assert not continues(one_array[:128], 32, one_array[128:256])  # 32 pages: not full
+    assert continues(one_array[:STORAGE_BATCH_SIZE], STORAGE_BATCH_SIZE,
+                     one_array[STORAGE_BATCH_SIZE:])
+    assert not continues(one_array[:STORAGE_BATCH_SIZE], STORAGE_BATCH_SIZE,
+                         one_array[STORAGE_BATCH_SIZE + 1:])
+
+
 def test_with_prefix_keys_nothing_is_counted(make_backend: Factory) -> None:
     backend = make_backend()
     pool = HostPool(pages=8)
@@ -363,16 +468,18 @@ def test_the_counters_are_exported(make_backend: Factory) -> None:
 
 @pytest.mark.parametrize(("ranks", "suffixes"), [
     ([{"attn_cp_rank": 0, "attn_cp_size": 2}, {"attn_cp_rank": 1, "attn_cp_size": 2}],
-     ["_0_1_cp0_2", "_0_1_cp1_2"]),
+     ["_qwen-7b_0_1_cp0_2", "_qwen-7b_0_1_cp1_2"]),
     ([{"is_mla_model": True, "tp_rank": 0, "tp_size": 2, "dcp_rank": 0, "dcp_size": 2},
       {"is_mla_model": True, "tp_rank": 1, "tp_size": 2, "dcp_rank": 1, "dcp_size": 2}],
-     ["_tp2_dcp0_2", "_tp2_dcp1_2"]),
+     ["_qwen-7b_tp2_dcp0_2", "_qwen-7b_tp2_dcp1_2"]),
     ([{"pp_rank": 0, "pp_size": 2}, {"pp_rank": 0, "pp_size": 4}],  # other layers
-     ["_0_1_pp0_2", "_0_1_pp0_4"]),
+     ["_qwen-7b_0_1_pp0_2", "_qwen-7b_0_1_pp0_4"]),
     ([{"tp_rank": 1, "tp_size": 2, "attn_cp_rank": 1, "attn_cp_size": 2, "pp_rank": 1,
        "pp_size": 2}, {"is_mla_model": True, "pp_rank": 1, "pp_size": 2}],
-     ["_1_2_pp1_2_cp1_2", "_pp1_2"]),
-], ids=["attention-cp", "mla-dcp", "pp-sizes", "combined"])
+     ["_qwen-7b_1_2_pp1_2_cp1_2", "_qwen-7b_pp1_2"]),
+    ([{"model_name": "Qwen/Qwen3-8B"}, {"model_name": "meta-llama/Llama-3.1-8B"}],
+     ["_Qwen-Qwen3-8B_0_1", "_meta-llama-Llama-3.1-8B_0_1"]),  # `/` as `-`, as SGLang
+], ids=["attention-cp", "mla-dcp", "pp-sizes", "combined", "models"])
 def test_ranks_holding_different_slices_have_their_own_keys(
         make_backend: Factory, ranks: list[dict[str, Any]], suffixes: list[str]) -> None:
     """Before, both CP ranks were `_0_1`, both DCP shards '' and PP ignored its size: the
@@ -394,7 +501,7 @@ def test_attention_dp_ranks_share_pages_and_not_their_events_consumer(
     separate processes, each with its own events consumer (before, both were <host>_0_1:
     one would be handed the other's pending events after a restart)."""
     dp0, dp1 = make_backend(dp_rank=0), make_backend(dp_rank=1)
-    assert dp0.suffix == dp1.suffix == "_0_1"
+    assert dp0.suffix == dp1.suffix == "_qwen-7b_0_1"
     assert dp0.consumer != dp1.consumer
     hashes = page_hashes(list(range(2 * PAGE_SIZE)))
     assert dp0.batch_set(hashes, [content(h) for h in hashes])
@@ -459,7 +566,8 @@ def test_v2_pools_beside_the_pages(make_backend: Factory) -> None:
                                               hashes[:5])], ExtraInfo([])) == \
         {"indexer": [True] * 5}
     node = backend.plane.index.get_node(hashes[3])
-    assert sorted(node.keys) == [hashes[3], hashes[3] + "_indexer", hashes[3] + "_mamba_1_2"]
+    assert sorted(node.keys) == [hashes[3] + suffix for suffix in
+                                 ("_indexer_qwen-7b", "_mamba_qwen-7b_1_2", "_qwen-7b")]
     assert node.parent == hashes[2]  # Mamba state is TP-sharded even for MLA
 
     trailing = PoolTransfer("mamba", keys=[hashes[5]], hit_policy="trailing_pages")

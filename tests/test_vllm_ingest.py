@@ -9,6 +9,7 @@ Redis for the ZMQ paths."""
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import pytest
 import xxhash
 from clock import joined
 from helpers import assert_consistent, node_fields
+from ports import free_port
 from vllm_wire import (
     Publisher,
     all_blocks_cleared,
@@ -29,7 +31,7 @@ from vllm_wire import (
 from mooncake_redis import Index
 from mooncake_redis.cli import ingest as ingest_cli
 from mooncake_redis.cli.main import main
-from mooncake_redis.engines.vllm.feed import Feed, digest
+from mooncake_redis.engines.vllm.feed import Feed, FeedCounters, digest
 from mooncake_redis.engines.vllm.ingester import Ingester, stored_position
 from mooncake_redis.engines.vllm.kv_events import InvalidEvent, decode_batch, prefix_hash_of
 from mooncake_redis.engines.vllm.pods import (
@@ -390,6 +392,17 @@ def step_until(ingester: Ingester, done: object) -> None:
         ingester.step(50)
 
 
+def step_hearing(ingester: Ingester, publisher: Publisher, seq: int, payload: bytes,
+                 done: object) -> None:
+    """Step until done() holds, sending batch seq's bytes again before each step (a SUB
+    socket misses what is sent before it has joined; the feed skips repeats)."""
+    def heard() -> bool:
+        publisher.send_raw(b"kv", seq.to_bytes(8, "big"), payload)
+        return bool(done())  # type: ignore[operator]
+
+    step_until(ingester, heard)
+
+
 def seq_reached(ingester: Ingester, seq: int) -> object:
     return lambda: ingester.feed.last_seq is not None and ingester.feed.last_seq >= seq
 
@@ -401,7 +414,11 @@ def following(index: Index, publisher: Publisher, subscribed: bool = True, **fee
     next seq to publish."""
     feed = Feed(publisher.endpoint, "kv", publisher.replay_endpoint, **feed_options)
     try:
-        base = subscribe(publisher, feed) if subscribed else publisher.next_seq
+        base = publisher.next_seq
+        if subscribed:
+            base = subscribe(publisher, feed)
+            feed.counters = FeedCounters()  # the tests count from here (the batches the
+            # subscription missed before it joined were replayed or counted missed)
         yield Ingester(feed, PodWriter(index, "pod-a")), base
     finally:
         feed.close()
@@ -480,11 +497,7 @@ def test_a_fresh_ingester_asks_for_what_the_engine_buffers(real_index: Index) ->
             last = chain_batch(3)
             publisher.publish(last, send=False)
 
-            def heard() -> bool:  # the same bytes until the subscription hears them
-                publisher.send_raw(b"kv", (3).to_bytes(8, "big"), last)
-                return ingester.batches == 4
-
-            step_until(ingester, heard)
+            step_hearing(ingester, publisher, 3, last, lambda: ingester.batches == 4)
             assert pods_for_prefix(real_index, CHAIN) == [("pod-a", 4)]
             assert ingester.feed.counters.restarts == 0
 
@@ -535,16 +548,123 @@ def test_a_restarted_ingester_resumes_where_the_last_one_stopped(real_index: Ind
         last_seq, last_digest = stored_position(real_index, "pod-a") or (None, None)
         with following(real_index, publisher, subscribed=False, last_seq=last_seq,
                        last_digest=last_digest) as (restarted, _):
-            def heard() -> bool:  # until the new subscription hears base + 3
-                publisher.send_raw(b"kv", (base + 3).to_bytes(8, "big"), last)
-                return restarted.batches >= 3
-
-            step_until(restarted, heard)
-            assert publisher.requests[-1] == base + 1
+            step_hearing(restarted, publisher, base + 3, last, lambda: restarted.batches >= 3)
+            assert publisher.requests[-1] == base  # from the stored batch: its digest matches
             assert (restarted.feed.counters.replayed, restarted.feed.counters.missed) == (2, 0)
             assert pods_for_prefix(real_index, CHAIN) == [("pod-a", 4)]
             assert stored_position(real_index, "pod-a") == (base + 3, digest(last))
             assert restarted.feed.counters.restarts == 0  # base + 3 again: duplicates
+
+
+def test_an_ingester_started_before_the_engine_asks_for_the_first_batches(
+        real_index: Index) -> None:
+    """The ingester starts first: its catch-up request gets no answer. The engine then
+    publishes batches 0..2, which the subscription does not hear (a SUB joins late), and 3,
+    which it does. Before, the feed started at 3: batches 0..2 were neither asked for
+    again nor counted (missed 0), and their blocks never reached the tree."""
+    with engine() as publisher:
+        publisher.replay_silent = True  # the engine's replay socket is not up yet
+        with following(real_index, publisher, subscribed=False,
+                       replay_timeout_s=0.1) as (ingester, _):
+            ingester.step(0)
+            assert ingester.feed.counters.replay_failures == 1 and ingester.batches == 0
+            publisher.replay_silent = False
+            for i in range(3):
+                publisher.publish(chain_batch(i), send=False)
+            last = chain_batch(3)
+            publisher.publish(last, send=False)
+
+            step_hearing(ingester, publisher, 3, last, lambda: ingester.batches == 4)
+            counters = ingester.feed.counters
+            assert publisher.requests == [0]
+            assert (counters.replayed, counters.missed, counters.gaps) == (3, 0, 0)
+            assert pods_for_prefix(real_index, CHAIN) == [("pod-a", 4)]
+
+
+def test_without_replay_the_batches_before_the_first_heard_are_missed(
+        real_index: Index) -> None:
+    """Before, a fresh ingester without --replay counted nothing for the batches published
+    before it heard the first one."""
+    with engine(replay=False) as publisher, \
+            following(real_index, publisher, subscribed=False) as (ingester, _):
+        for i in range(3):
+            publisher.publish(chain_batch(i), send=False)
+        last = chain_batch(3)
+        publisher.publish(last, send=False)
+
+        step_hearing(ingester, publisher, 3, last, lambda: ingester.batches == 1)
+        assert (ingester.feed.counters.missed, ingester.feed.counters.gaps) == (3, 0)
+
+
+def test_an_engine_restarted_while_the_ingester_was_down_is_told_by_the_digest(
+        real_index: Index) -> None:
+    """The engine restarted and published past the stored position while no ingester ran.
+    The resumed ingester asks the replay socket for the stored batch: other bytes there
+    mean another run. Before, the new run's batches read as a gap after the stored
+    position: the pod kept the old run's blocks and lost the new run's first ones."""
+    with engine() as first_run, following(real_index, first_run) as (ingester, base):
+        first_run.publish(chain_batch(0))
+        first_run.publish(chain_batch(1))
+        step_until(ingester, seq_reached(ingester, base + 1))
+    last_seq, last_digest = stored_position(real_index, "pod-a") or (None, None)
+    assert last_seq == base + 1
+    with engine() as second_run:  # the engine restarted: its sequence from 0 again
+        second_run.publish(encode_batch(stored([CHAIN[4]])), send=False)
+        while second_run.next_seq < base + 3:
+            second_run.publish(encode_batch(), send=False)
+        last = encode_batch()
+        second_run.publish(last, send=False)
+        with following(real_index, second_run, subscribed=False, last_seq=last_seq,
+                       last_digest=last_digest) as (resumed, _):
+            step_hearing(resumed, second_run, base + 3, last,
+                         lambda: resumed.feed.last_seq == base + 3)
+            assert resumed.feed.counters.restarts == 1 and resumed.applied.cleared == 4
+            assert [bool(pod_objects(real_index, block)) for block in CHAIN] == \
+                [False] * 4 + [True]
+            assert stored_position(real_index, "pod-a") == (base + 3, digest(last))
+
+
+@pytest.mark.parametrize("replay", [False, True], ids=["without-replay", "buffer-lost-it"])
+def test_a_late_batch_is_not_a_restart(real_index: Index, replay: bool) -> None:
+    """A batch a gap counted missed, heard after later ones, is skipped and counted late:
+    the replay socket still holds the last batch applied, with its bytes (without one: the
+    number lies in a gap of this run). Before, its number going back read as an engine
+    restart and cleared the pod."""
+    with engine(replay=replay) as publisher, following(real_index, publisher) as (ingester, base):
+        feed = ingester.feed
+        publisher.publish(chain_batch(0))
+        publisher.buffer_steps = 1  # with replay: batch 1 leaves the buffer at once
+        late = chain_batch(1)
+        publisher.publish(late, send=False)
+        publisher.publish(chain_batch(2))
+        step_until(ingester, seq_reached(ingester, base + 2))
+        assert feed.counters.missed == 1
+        publisher.send_raw(b"kv", (base + 1).to_bytes(8, "big"), late)
+        publisher.publish(chain_batch(3))
+        step_until(ingester, seq_reached(ingester, base + 3))
+        assert (feed.counters.restarts, feed.counters.late, ingester.applied.cleared) == \
+            (0, 1, 0)
+        assert [bool(pod_objects(real_index, block)) for block in CHAIN[:4]] == \
+            [True, False, True, True]
+
+
+def test_a_restart_is_not_taken_for_late_batches(real_index: Index) -> None:
+    """A fresh ingester without --replay heard the engine first at batch 5 (0..4 counted
+    missed), then the engine restarted: its batch 0 is a restart, not a late batch, since
+    0..4 were never between two batches this ingester applied."""
+    with engine(replay=False) as publisher, \
+            following(real_index, publisher, subscribed=False) as (ingester, _):
+        for _ in range(5):
+            publisher.publish(encode_batch(), send=False)
+        first = chain_batch(0)
+        publisher.publish(first, send=False)
+        step_hearing(ingester, publisher, 5, first, lambda: ingester.batches == 1)
+        assert ingester.feed.counters.missed == 5
+        publisher.publish(encode_batch(stored([CHAIN[4]])), seq=0)  # the engine restarted
+        step_until(ingester, lambda: ingester.feed.counters.restarts == 1)
+        assert (ingester.feed.counters.late, ingester.applied.cleared) == (0, 2)
+        assert [bool(pod_objects(real_index, block)) for block in CHAIN] == \
+            [False] * 4 + [True]
 
 
 def test_a_bad_batch_is_skipped_and_the_next_applied(real_index: Index) -> None:
@@ -608,8 +728,55 @@ def test_ingest_and_pods_commands(redis_url: str, capsys: pytest.CaptureFixture[
     assert Index.from_url(redis_url, namespace="vllm-hashes-only").usage().objects == 3
 
 
+def test_ingest_binds_for_engines_that_connect(redis_url: str) -> None:
+    """vLLM's connect mode: the engine's PUB socket connects to a listening collector
+    (`endpoint` without a wildcard). `--zmq tcp://*:PORT` binds, as does `--bind` with any
+    endpoint. Before, the wildcard crashed with a raw ZMQError and nothing could bind."""
+    payload = encode_batch(stored(CHAIN[:3]))
+    for bind_options in ([], ["--bind"]):
+        port = free_port()
+        listen = f"tcp://*:{port}" if not bind_options else f"tcp://127.0.0.1:{port}"
+        publisher = Publisher(replay=False, connect_to=f"tcp://127.0.0.1:{port}")
+        done = threading.Event()
+
+        def publish(publisher: Publisher = publisher, done: threading.Event = done) -> None:
+            while not done.is_set():
+                publisher.publish(payload)
+                time.sleep(0.01)  # pacing: the connection comes up after the bind
+
+        sender = threading.Thread(target=publish, daemon=True)
+        sender.start()
+        try:
+            assert main(["--url", redis_url, "--namespace", "vllm", "ingest", "--zmq", listen,
+                         *bind_options, "--pod", "pod-a", "--topic", "kv",
+                         "--max-batches", "1"]) == 0
+        finally:
+            done.set()
+            sender.join(DEADLINE_S)
+            publisher.close()
+        index = Index.from_url(redis_url, namespace="vllm")
+        assert pods_for_prefix(index, CHAIN) == [("pod-a", 3)]
+        index.remove_all(force=True)
+
+
+def test_an_endpoint_that_cannot_be_bound_fails_clearly(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    port = free_port()
+    with contextlib.closing(socket.socket()) as taken:
+        taken.bind(("", port))
+        taken.listen()
+        assert main(["--url", redis_url, "ingest", "--zmq", f"tcp://*:{port}", "--pod",
+                     "a"]) == 1
+    assert f"error: cannot bind tcp://*:{port}: Address already in use" in \
+        capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv", [["pods"],
                                   ["ingest", "--zmq", "localhost:5557", "--pod", "a"],
+                                  ["ingest", "--zmq", "tcp://*:x", "--pod", "a"],
+                                  ["ingest", "--zmq", "tcp://h", "--pod", "a"],
+                                  ["ingest", "--zmq", "tcp://h:1", "--replay", "tcp://*:2",
+                                   "--pod", "a"],
                                   ["ingest", "--zmq", "tcp://h:1", "--pod", "a", "--log-every",
                                    "0"], ["pods", "--tokens", "1", "--block-size", "0"]])
 def test_bad_command_lines_are_usage_errors(argv: list[str]) -> None:

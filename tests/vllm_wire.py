@@ -91,15 +91,26 @@ def encode_batch(*events: dict[str, Any], rank: int | None = 0, as_map: bool = F
 
 class Publisher:
     """One engine's publisher: a PUB socket, and a replay ROUTER answering from the batches
-    it buffered (the last buffer_steps), served by a thread of its own."""
+    it buffered (the last buffer_steps), served by a thread of its own.
+
+    connect_to: the PUB socket connects to this endpoint, where a collector listens (vLLM's
+    connect mode: an `endpoint` without a wildcard), instead of binding one of its own.
+    replay_silent: while True the replay socket reads requests and answers none (an engine
+    whose replay socket is not up yet)."""
 
     def __init__(self, topic: str = "kv", replay: bool = True, buffer_steps: int = 10_000,
-                 replay_topic: bool = True):
+                 replay_topic: bool = True, connect_to: str | None = None):
         self.context = zmq.Context()
         self.topic = topic.encode()
         self.pub = self.context.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
-        self.endpoint = f"tcp://127.0.0.1:{self.pub.bind_to_random_port('tcp://127.0.0.1')}"
+        if connect_to is None:
+            port = self.pub.bind_to_random_port("tcp://127.0.0.1")
+            self.endpoint = f"tcp://127.0.0.1:{port}"
+        else:
+            self.pub.connect(connect_to)
+            self.endpoint = connect_to
+        self.replay_silent = False
         self.buffer_steps = buffer_steps
         self.replay_topic = replay_topic
         self.buffered: dict[int, bytes] = {}
@@ -143,6 +154,8 @@ class Publisher:
                 continue
             client, _, start_bytes = frames
             start = int.from_bytes(start_bytes, "big")
+            if self.replay_silent:
+                continue
             with self._lock:
                 self.requests.append(start)
                 replies = [(seq, self.buffered[seq]) for seq in sorted(self.buffered)

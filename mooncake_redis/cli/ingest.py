@@ -35,10 +35,23 @@ def missing_extra(modules: tuple[str, ...] = tuple(EXTRA_MODULES)) -> str | None
 
 
 def zmq_endpoint(text: str) -> str:
-    if not re.fullmatch(r"(tcp|ipc|inproc)://\S+", text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a ZMQ endpoint such as "
-                                         "tcp://host:5557")
-    return text
+    """tcp://HOST:PORT (HOST may be * to listen on every interface), ipc://PATH or
+    inproc://NAME."""
+    tcp = re.fullmatch(r"tcp://(\*|\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):([0-9]{1,5})", text)
+    if tcp and 0 < int(tcp.group(2)) < 65536 or re.fullmatch(r"(ipc|inproc)://\S+", text):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is not a ZMQ endpoint such as "
+                                     "tcp://host:5557, tcp://*:5557 (to listen), ipc://PATH")
+
+
+def replay_endpoint(text: str) -> str:
+    """The engine's replay socket, which the engine binds: the ingester connects to it."""
+    from_text = zmq_endpoint(text)
+    if re.match(r"tcp://(\*|\[::\]):", text):
+        raise argparse.ArgumentTypeError(f"{text!r} listens on every interface: the replay "
+                                         "socket is the engine's (it binds it), so give the "
+                                         "engine's host, e.g. tcp://vllm-0:5558")
+    return from_text
 
 
 def block_hash(text: str) -> bytes | int:
@@ -85,14 +98,19 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                  last_seq)
     elif args.replay:
         log.info("no stored position: asking the replay socket for every batch it buffers")
-    feed = Feed(args.zmq, args.topic, args.replay, args.replay_timeout, last_seq=last_seq,
-                last_digest=last_digest)
+    try:
+        feed = Feed(args.zmq, args.topic, args.replay, args.replay_timeout, last_seq=last_seq,
+                    last_digest=last_digest, bind=args.bind)
+    except BaseException:
+        index.close()
+        raise
     ingester = Ingester(feed, writer, args.log_every)
     stop = threading.Event()
     stopping = (signal.SIGTERM, signal.SIGINT)
     previous = [signal.signal(number, lambda number, frame: stop.set()) for number in stopping]
-    log.info("ingesting KV events of pod %s from %s (replay: %s) into namespace %r",
-             args.pod, args.zmq, args.replay or "none", index.namespace)
+    log.info("ingesting KV events of pod %s %s %s (replay: %s) into namespace %r",
+             args.pod, "listening on" if feed.binds else "from", args.zmq,
+             args.replay or "none", index.namespace)
     try:
         ingester.run(stop, args.max_batches)
     finally:
@@ -151,11 +169,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "Ctrl-C; exits 1 if Redis fails.")
     ingest.add_argument("--zmq", type=zmq_endpoint, required=True,
                         help="the engine's PUB endpoint (vLLM's `endpoint`), e.g. "
-                             "tcp://vllm-0:5557")
+                             "tcp://vllm-0:5557; tcp://*:PORT listens there instead, for an "
+                             "engine that connects (vLLM's `endpoint` tcp://THIS-HOST:PORT)")
+    ingest.add_argument("--bind", action="store_true",
+                        help="listen on the --zmq endpoint (e.g. tcp://10.0.0.5:5557 or "
+                             "ipc://PATH) for the engine to connect, instead of connecting "
+                             "to it (a tcp://*:PORT endpoint always listens)")
     ingest.add_argument("--pod", required=True,
                         help="the name this engine's blocks are recorded under (1-63 of "
                              "A-Z a-z 0-9 . -); one ingester per engine or data-parallel rank")
-    ingest.add_argument("--replay", type=zmq_endpoint, default=None,
+    ingest.add_argument("--replay", type=replay_endpoint, default=None,
                         help="the engine's replay endpoint (vLLM's `replay_endpoint`), asked "
                              "for the batches a sequence gap skipped (default: none; gaps are "
                              "logged and counted)")

@@ -14,21 +14,27 @@ not needed to import or test it: where SGLang is installed the class also inheri
 HiCacheStorage; values and target buffers are any buffer-protocol object (bytes,
 bytearray, numpy arrays) or CPU torch tensors.
 
-Each page is one object, key = page hash + a suffix naming the slice of the page this
-rank holds, the way SGLang's own backends name it (`key_suffix`); another pool's part of
-the page (`<hash>_<pool>` + suffix) is an object of the same node. The page's parent is
-the previous page of the chain (or the last of `extra_info.prefix_keys` for the first page
-of a batch, which SGLang passes only with `"hicache_storage_pass_prefix_keys": true`;
-without it such batches are counted and the missing links are made when a read shows the
-chain). So a write-back builds the radix tree, eviction is leaf-first, and batch_exists
-answers the leading run. Eviction, unmount and removal events delete the files: on every
-write that ran an eviction job, and in a background thread every `release_interval_s`;
-the ranks read the events as one consumer group per segment (`files:<segment>`, one
-consumer per rank: `consumer_name`), so each event is applied once, at least once.
+Each page is one object, key = page hash + the model's name + a suffix naming the slice of
+the page this rank holds, the way SGLang's own file and Mooncake backends name it
+(`key_suffix`: pages of two models never share a key, though their hashes are equal when
+their tokens are); another pool's part of the page (`<hash>_<pool>` + suffix) is an object
+of the same node. The page's parent is the previous page of the chain; for the first page
+of a batch, the last of `extra_info.prefix_keys` (which SGLang passes only with
+`"hicache_storage_pass_prefix_keys": true`), or without them the last page of the batch
+before when both are slices of one write-back (SGLang cuts a radix node's pages into
+batches of 128 and passes each batch's host indices as a view of the node's: `continues`).
+A batch that starts a radix node comes with nothing that names its parent: such batches are
+counted, and the missing links are made when a read shows the chain. So a write-back
+builds the radix tree, eviction is leaf-first, and batch_exists answers the leading run.
+Eviction, unmount and removal events delete the files: on every write that ran an eviction
+job, and in a background thread every `release_interval_s`; the ranks read the events as
+one consumer group per segment (`files:<segment>`, one consumer per rank:
+`consumer_name`), so each event is applied once, at least once.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
@@ -38,6 +44,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
+
+import blake3
 
 from mooncake_redis import observers
 from mooncake_redis.errors import ConfigurationError, InvalidArgument, MooncakeRedisError
@@ -62,9 +71,18 @@ Mooncake backends key them by TP rank too)."""
 ALL_PAGES, TRAILING_PAGES = "all_pages", "trailing_pages"
 """SGLang's PoolHitPolicy values this backend answers (BLOCK_GROUPS is declared by SGLang
 0.5.23 but used by none of its pools or backends)."""
+STORAGE_BATCH_SIZE = 128
+"""SGLang 0.5.23's pages per write-back call (its own, where SGLang is installed)."""
+MODEL_TAG_LENGTH = 64
+"""The longest model name that goes into keys as it is (percent-encoded, as file names
+carry keys); a longer one is cut and ends in a digest of the whole, so that page files'
+names stay within the filesystem's limit."""
 
 
+@functools.cache
 def _sglang_module() -> Any:
+    """SGLang's hicache_storage module, None where SGLang is not installed (looked for
+    once: the batch size is read on every write)."""
     try:
         return importlib.import_module("sglang.srt.mem_cache.hicache_storage")
     except ImportError:
@@ -95,8 +113,11 @@ class HiCacheCounters:
 
     batches_without_parent: int = 0
     """Write batches whose first page came without its parent (SGLang passes the parent
-    only with "hicache_storage_pass_prefix_keys": true): stored as a root until a read of
-    the chain links it."""
+    only with "hicache_storage_pass_prefix_keys": true) and starts a write-back (a radix
+    node): stored as a root until a read of the chain links it."""
+    batches_continued: int = 0
+    """Write batches without prefix_keys whose first page was linked under the last page of
+    the batch before, the same write-back's (their host indices are one view's slices)."""
     parents_linked: int = 0
     """Pages stored without their parent that a read of the chain linked under it."""
     conflicting_pages: int = 0
@@ -130,6 +151,9 @@ class MooncakeRedisHiCache(_sglang_base()):  # type: ignore[misc]
         self.suffix = key_suffix(storage_config)
         self.sharded_suffix = key_suffix(storage_config, tp_sharded=True)
         """The suffix of pools split across TP ranks even for MLA (TP_SHARDED_POOLS)."""
+        self._last_write: tuple[Any, int, str] | None = None
+        """The host indices, page count and last key of the last batch_set_v1 (the indices
+        held, so that their memory is not another's when the next batch is compared)."""
         self.mem_pool_host: Any = None
         self.registered_pools: dict[str, Any] = {}
         self.counters = HiCacheCounters()
@@ -203,7 +227,12 @@ class MooncakeRedisHiCache(_sglang_base()):  # type: ignore[misc]
         """Store pages straight from the registered host pool (page i starts at
         host_indices[i * page_size]); per page, whether it is stored."""
         pool, size = self._pool()
-        return self._put(keys, _pages_of(pool, size, host_indices, len(keys)), extra_info)
+        before = self._last_write
+        self._last_write = (host_indices, len(keys), keys[-1]) if keys else None
+        continued = before[2] if before and continues(before[0], before[1], host_indices) \
+            else None
+        return self._put(keys, _pages_of(pool, size, host_indices, len(keys)), extra_info,
+                         continued=continued)
 
     def batch_get_v1(self, keys: Sequence[str], host_indices: Any,
                      extra_info: Any = None) -> list[bool]:
@@ -321,12 +350,19 @@ class MooncakeRedisHiCache(_sglang_base()):  # type: ignore[misc]
         return [f"{key}_{name}{suffix}" for key in keys]
 
     def _put(self, keys: Sequence[str], values: Sequence[bytes], extra_info: Any,
-             object_keys: Sequence[str] | None = None) -> list[bool]:
+             object_keys: Sequence[str] | None = None, continued: str | None = None
+             ) -> list[bool]:
+        """continued: the last key of the batch before, of which this one is the rest (the
+        first page's parent when SGLang passes no prefix_keys)."""
         if not keys:
             return []
         first_parent = _parent_of_first(extra_info)
         if first_parent is None and getattr(extra_info, "prefix_keys", None) is None:
-            self._without_parent()
+            first_parent = continued
+            if continued is None:
+                self._without_parent()
+            else:
+                self._count("batches_continued", 1)
         parents = [first_parent, *keys[:-1]]
         conflicts = self.plane.conflicts
         put = self.plane.put([Page(key, value, parent) for key, value, parent in
@@ -338,12 +374,12 @@ class MooncakeRedisHiCache(_sglang_base()):  # type: ignore[misc]
         self._count("batches_without_parent", 1)
         if not self._warned_parent:
             self._warned_parent = True
-            log.warning("SGLang sent a batch of pages without naming the page before it, so "
-                        "its first page is stored as a root: leaf-first eviction then drops "
-                        "pages whose descendants stay, unusable. Add %s (and \"interface_v1\": "
-                        "1) to --hicache-storage-backend-extra-config. Counted in "
-                        "batches_without_parent; reads link such pages once they see the chain.",
-                        PASS_PREFIX_KEYS)
+            log.warning("SGLang sent a radix node's pages without naming the page before "
+                        "them, so the first is stored as a root: leaf-first eviction then "
+                        "drops pages whose descendants stay, unusable. Add %s (and "
+                        "\"interface_v1\": 1) to --hicache-storage-backend-extra-config. "
+                        "Counted in batches_without_parent; reads link such pages once they "
+                        "see the chain.", PASS_PREFIX_KEYS)
 
     def _count(self, counter: str, amount: int) -> None:
         if amount:
@@ -390,9 +426,12 @@ class MooncakeRedisHiCache(_sglang_base()):  # type: ignore[misc]
 
 
 def key_suffix(storage_config: Any, tp_sharded: bool = False) -> str:
-    """What this rank appends to a page hash to name its slice of the page, so that two
-    ranks holding different bytes never share a key, as SGLang's own backends name them:
+    """What this rank appends to a page hash to name the model and its slice of the page,
+    so that two models, or two ranks holding different bytes, never share a key, as SGLang's
+    own file and Mooncake backends name them:
 
+    - the model: `_<model>` (`model_tag`; SGLang hashes tokens alone, so two models'
+      pages of one prompt have one hash);
     - TP: `_<tp_rank>_<tp_size>`, except for MLA models, whose KV every TP rank holds whole
       (none; tp_sharded: a pool split across TP ranks even then, such as Mamba state);
     - PP: `_pp<pp_rank>_<pp_size>` (each stage holds its own layers);
@@ -404,11 +443,9 @@ def key_suffix(storage_config: Any, tp_sharded: bool = False) -> str:
     Attention data parallelism needs no part: SGLang gives the storage config the rank
     within its attention-TP group, and two DP ranks of one attention-TP rank compute the
     same slice of a page from the same tokens, so they share its bytes and its key."""
-    if storage_config is None:
-        return ""
     mla = bool(getattr(storage_config, "is_mla_model", False)) and not tp_sharded
     tp_rank, tp_size = _rank(storage_config, "tp_rank", "tp_size")
-    suffix = "" if mla else f"_{tp_rank}_{tp_size}"
+    suffix = f"_{model_tag(storage_config)}" + ("" if mla else f"_{tp_rank}_{tp_size}")
     pp_rank, pp_size = _rank(storage_config, "pp_rank", "pp_size")
     if pp_size > 1:
         suffix += f"_pp{pp_rank}_{pp_size}"
@@ -419,6 +456,69 @@ def key_suffix(storage_config: Any, tp_sharded: bool = False) -> str:
     if dcp_size > 1:
         suffix += f"_tp{tp_size}_dcp{dcp_rank}_{dcp_size}"
     return suffix
+
+
+def model_tag(storage_config: Any) -> str:
+    """The model's name as keys carry it: SGLang's storage_config.model_name (its
+    --served-model-name, by default the model path, with a tag of the host pool's page
+    format where it has one) with `/` as `-`, as SGLang's file and Mooncake backends write
+    it; a name longer than MODEL_TAG_LENGTH once percent-encoded is cut and ends in 16 hex
+    digits of blake3 of the whole. ConfigurationError where SGLang names no model: pages of
+    different models would then share keys, and one model would read another's KV."""
+    name = str(getattr(storage_config, "model_name", None) or "")
+    if not name:
+        raise ConfigurationError(
+            "the mooncake-redis HiCache backend needs the model's name to key its pages, and "
+            "SGLang gave none (storage_config.model_name: SGLang passes its "
+            "--served-model-name, or the model path): without it two models would read each "
+            "other's pages")
+    tag = "-".join(name.split("/"))
+    if len(quote(tag, safe="")) <= MODEL_TAG_LENGTH:
+        return tag
+    cut = tag[:MODEL_TAG_LENGTH - 17]
+    while len(quote(cut, safe="")) > MODEL_TAG_LENGTH - 17:
+        cut = cut[:-1]
+    return f"{cut}-{blake3.blake3(name.encode()).hexdigest(length=8)}"
+
+
+def continues(before: Any, pages_before: int, indices: Any) -> bool:
+    """Whether a batch's host indices continue the batch before, of one write-back: that
+    one was a full batch (STORAGE_BATCH_SIZE pages), and these indices start where its end,
+    in the same torch storage or numpy buffer. SGLang's _page_backup cuts a write-back's
+    pages so (`operation.host_indices[i * page_size:...]`), and the unified radix cache
+    gives each radix node a copy of its host indices of its own, so the first page of such
+    a batch is the page after the last of the batch before. Lists and other sequences tell
+    nothing: False. (A write-back whose host indices were allocated right after the last
+    one's in one array, and whose predecessor filled whole batches, would pass too: see
+    docs/INTEGRATIONS.md.)"""
+    spans = [_span(before), _span(indices)]
+    return pages_before == _storage_batch_size() and None not in spans and \
+        spans[0][0] == spans[1][0] and spans[0][2] == spans[1][1]  # type: ignore[index]
+
+
+def _storage_batch_size() -> int:
+    """SGLang's STORAGE_BATCH_SIZE: the pages of one write-back call but the last."""
+    module = _sglang_module()
+    return int(getattr(module, "STORAGE_BATCH_SIZE", STORAGE_BATCH_SIZE))
+
+
+def _span(indices: Any) -> tuple[int, int, int] | None:
+    """(the buffer's identity, first byte, end byte) of a contiguous 1-D torch tensor or
+    numpy array; None for anything else."""
+    if hasattr(indices, "untyped_storage") and hasattr(indices, "data_ptr"):  # torch
+        if indices.dim() != 1 or not indices.is_contiguous():
+            return None
+        start = int(indices.data_ptr())
+        return (int(indices.untyped_storage().data_ptr()), start,
+                start + int(indices.numel()) * int(indices.element_size()))
+    interface = getattr(indices, "__array_interface__", None)  # numpy
+    if interface is None or indices.ndim != 1 or not indices.flags.c_contiguous:
+        return None
+    root = indices
+    while getattr(root, "base", None) is not None:
+        root = root.base
+    start = int(interface["data"][0])
+    return id(root), start, start + int(indices.nbytes)
 
 
 def consumer_name(storage_config: Any, instance: str = "") -> str:
