@@ -89,7 +89,8 @@ class FloorScripts:
         while evicted < leaves:
             got, freed, start = self.client.evalsha(
                 self.evict_sha, 0, namespace, count,
-                min(EVICT_LEAVES_PER_CALL, leaves - evicted), start, events_cap)
+                min(EVICT_LEAVES_PER_CALL, leaves - evicted), start, events_cap,
+                index.schema.tag_width)
             if not got:
                 raise RuntimeError(f"the floor found no leaf to evict after {evicted}")
             evicted, objects = evicted + int(got), objects + int(freed)

@@ -20,7 +20,7 @@ from .connection import is_in_process
 from .errors import ConfigurationError, InvalidArgument, StoreFull
 from .executor import KEYLESS_COMMANDS, Batch, Executor, Policy, raise_first_error
 from .keys import KeySchema
-from .prefix import LEGACY_SHARD_COUNT, NEW_SHARD_COUNT, extractor_named, split_key
+from .prefix import NEW_SHARD_COUNT, extractor_named, split_key
 from .scripts import NodeCall, NodeCalls, Scripts
 from .segment_registry import Segment, parse_registry, segment_capacity
 from .settings import (
@@ -33,6 +33,7 @@ from .settings import (
     settings_from,
     split_arguments,
 )
+from .shard_layout import find_layout
 from .validation import check_text, plain_texts
 from .values import to_int
 
@@ -87,10 +88,10 @@ def warn_if_redis_evicts(client: Any) -> None:
                     "doctor)", policy)
 
 
-STRUCTURAL_SETTINGS = ("prefix_extractor", "enable_radix_tree", "shard_count")
-"""Settings that decide where objects live and how nodes link: changing the extractor or
-the shard count, or turning the tree off, would leave stored nodes unreachable or their
-links wrong."""
+STRUCTURAL_SETTINGS = ("prefix_extractor", "enable_radix_tree")
+"""Settings that decide where objects live and how nodes link: changing the extractor, or
+turning the tree off, would leave stored nodes unreachable or their links wrong. (The
+shard count is the keys' own: shard_layout.py; `set_config` refuses to change it.)"""
 
 
 def holds_nodes(client: Any, schema: KeySchema) -> bool:
@@ -99,16 +100,6 @@ def holds_nodes(client: Any, schema: KeySchema) -> bool:
     for shard in schema.shards:
         pipe.hget(schema.shard_keys(shard).stats, "nodes")
     return any(to_int(nodes) > 0 for nodes in pipe.execute())
-
-
-def with_layout(client: Any, namespace: str, stored: Mapping[str, str]) -> dict[str, str]:
-    """The stored settings with the shard count a namespace stored before the setting
-    existed has (256, its layout) when it holds nodes and none is stored. A new
-    namespace's count is stored by its first writable client (Context.open)."""
-    if "shard_count" in stored or not holds_nodes(client, KeySchema(namespace,
-                                                                   LEGACY_SHARD_COUNT)):
-        return dict(stored)
-    return {**stored, "shard_count": encode(LEGACY_SHARD_COUNT)}
 
 
 def refuse_stranding(client: Any, schema: KeySchema, current: Settings,
@@ -176,12 +167,15 @@ class EpochClock:
 class Context:
     """One namespace as one client process sees it."""
 
-    def __init__(self, client: Any, namespace: str, options: ClientOptions,
+    def __init__(self, client: Any, schema: KeySchema, options: ClientOptions,
                  stored: Mapping[str, str], segments: Mapping[str, str],
-                 token: str | None = None):
+                 token: str | None = None, layout_unknown: str = ""):
         self.client = client
-        self.schema = KeySchema(namespace, LEGACY_SHARD_COUNT)
-        """The namespace's keys; rebuilt by _apply_settings for its shard_count."""
+        self.schema = schema
+        """The namespace's keys, in the layout its keys were found in at open (never
+        changed by a setting: shard_layout.py)."""
+        self.layout_unknown = layout_unknown
+        """Why writes are refused ('' when they are not): the keys fit several layouts."""
         self.scripts = shared_scripts(shebang=not is_in_process(client))
         self.options = options
         self.executor = Executor(client, self.scripts.all, Policy(
@@ -222,17 +216,14 @@ class Context:
         pipe.hgetall(schema.settings)
         pipe.hgetall(schema.segments)
         stored, segments = pipe.execute()
-        recorded = stored
-        stored = with_layout(client, namespace, stored)
         current, unreadable = read_stored(stored)
         if unreadable and strict:
             raise ConfigurationError(unreadable_message(schema.settings, unreadable))
-        if "shard_count" in unreadable:  # the layout cannot be guessed: no default is safe
-            raise ConfigurationError(
-                f"{schema.settings} has shard_count={unreadable['shard_count'][:80]!r}, which "
-                "cannot be read; every key's place depends on it. Mend it with redis-cli: "
-                f"HSET {schema.settings} shard_count N, N being the count the namespace was "
-                "created with (16 by default since the setting exists, 256 before it)")
+        found = find_layout(client, namespace,
+                            None if "shard_count" not in stored or "shard_count" in unreadable
+                            else current.shard_count,
+                            given.get("shard_count", NEW_SHARD_COUNT))
+        schema = KeySchema(namespace, found.layout)
         for name, value in given.items():
             if name in stored and name not in unreadable and getattr(current, name) != value:
                 message = (f"{schema.settings} has {name}={getattr(current, name)!r}; ignoring "
@@ -242,31 +233,33 @@ class Context:
                     raise ConfigurationError(message)
                 log.warning(message)
         missing = {name: value for name, value in given.items() if name not in stored}
-        if "shard_count" not in stored:  # a new namespace: its layout is recorded now
-            missing.setdefault("shard_count", NEW_SHARD_COUNT)
-        elif "shard_count" not in recorded:  # an old one's: recorded as it is
-            missing["shard_count"] = LEGACY_SHARD_COUNT
-        if read_only and "shard_count" in missing:  # the layout is used, not written
-            stored = {**stored, "shard_count": encode(missing["shard_count"])}
-        elif missing and not read_only:
+        missing["shard_count"] = found.layout.shard_count  # recorded, never read for keys
+        if "shard_count" in stored and "shard_count" not in unreadable and \
+                current.shard_count != found.layout.shard_count and not found.unknown:
+            log.warning("%s has shard_count=%s, but the namespace's keys have %d shards: "
+                        "the keys decide (the stored value is ignored)", schema.settings,
+                        current.shard_count, found.layout.shard_count)
+            missing.pop("shard_count")
+        elif "shard_count" in stored:
+            missing.pop("shard_count")
+        if missing and not read_only:
             settings_from(missing, base=current)  # refuse a bad combination before writing
-            refuse_stranding(client, KeySchema(namespace, current.shard_count), current,
-                             missing)
+            refuse_stranding(client, schema, current, missing)
             pipe = client.pipeline(transaction=False)
             for name, value in missing.items():
                 pipe.hsetnx(schema.settings, name, encode(value))
             pipe.execute()
             stored = client.hgetall(schema.settings)
         warn_if_redis_evicts(client)
-        return cls(client, namespace, options, stored, segments, token)
+        return cls(client, schema, options, stored, segments, token, found.unknown)
 
     # -- settings ------------------------------------------------------------------------
 
     def _apply_settings(self, settings: Settings) -> None:
-        """Use these settings; while segments are registered the capacity is theirs."""
+        """Use these settings; while segments are registered the capacity is theirs. The
+        shard count is the layout's, whatever is stored."""
+        settings = replace(settings, shard_count=self.schema.shard_count)
         self._stored_settings = settings
-        if settings.shard_count != self.schema.shard_count:
-            self.schema = KeySchema(self.schema.namespace, settings.shard_count)
         self.stored_capacity_bytes = settings.capacity_bytes
         capacity = segment_capacity(self.segments)
         if capacity is not None:
@@ -290,8 +283,6 @@ class Context:
         for reply in (stored, segments):
             if isinstance(reply, Exception):
                 raise reply
-        stored = {"shard_count": encode(self.schema.shard_count), **stored}  # a read-only
-        # client of a namespace with no count stored keeps the layout it found at open
         self.segments = parse_registry(segments)
         self._apply_settings(self._readable(stored, self._stored_settings))
         self._settings_read_at = time.monotonic()
@@ -389,11 +380,16 @@ class Context:
     def shard_call(self, script: str, shard: str, *script_args: Any) -> NodeCall:
         """A call of a script of one shard (fsck's repairs, trims): it serves only that
         shard, so a cascade into another one goes the way of one across nodes."""
+        if self.layout_unknown:
+            raise ConfigurationError(self.layout_unknown)
         return NodeCall(self.scripts[script], self, shard, shard, (shard, *script_args))
 
     def calls(self, script: str, *script_args: Any) -> NodeCalls[Any]:
         """Calls of a shard script, one per Redis node for the shards it serves, all with
-        the same script arguments."""
+        the same script arguments. Refused where the namespace's keys did not tell its
+        layout at open (ConfigurationError, saying how to mend it)."""
+        if self.layout_unknown:
+            raise ConfigurationError(self.layout_unknown)
         return NodeCalls(self.scripts[script], self, script_args)
 
     # -- placement: which Redis node serves which shard (scripts.Placement) ---------------

@@ -215,7 +215,8 @@ class EventsLost(MooncakeRedisError):
     def __init__(self, message: str, *, shard: str | None = None, count: int | None = None):
         super().__init__(message)
         self.shard = shard
-        """The shard ("00".."ff") whose stream lost them; None when several may have."""
+        """The shard ("0".."f"; 0.1's layout "00".."ff") whose stream lost them; None when
+        several may have."""
         self.count = count
         """How many were lost; None when that cannot be known."""
 

@@ -37,12 +37,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import ConfigurationError
-from .prefix import LEGACY_SHARD_COUNT, shard_finder, shard_names
+from .prefix import V4_LAYOUT, ShardLayout, shard_finder
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_NAMESPACE_MARKER = re.compile(r"([A-Za-z0-9_.-]{1,64}):(?:settings|\{[0-9a-f]{2}\}:stats)")
+_NAMESPACE_MARKER = re.compile(
+    r"([A-Za-z0-9_.-]{1,64}):(?:settings|\{[0-9a-f]{1,2}\}:stats)")
 
-NAMESPACE_MARKER_PATTERNS = ("*:settings", "*:{??}:stats")
+NAMESPACE_MARKER_PATTERNS = ("*:settings", "*:{?}:stats", "*:{??}:stats")
 """Globs (SCAN MATCH) for the keys that show a namespace exists: its settings, stored once
 a setting is given, and its shards' stats, written by its first write."""
 
@@ -76,19 +77,20 @@ class ShardKeys:
 class KeySchema:
     """Builds key names for one namespace."""
 
-    def __init__(self, namespace: str, shard_count: int = LEGACY_SHARD_COUNT):
+    def __init__(self, namespace: str, layout: ShardLayout = V4_LAYOUT):
         if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
             raise ConfigurationError(
                 f"namespace {namespace!r} must be 1-64 characters of letters, digits, '_', '.', '-'"
             )
         self.namespace = namespace
-        self.shard_count = shard_count
-        """The namespace's shard count (its `shard_count` setting, fixed at creation)."""
-        self.tag_width = 2
+        self.layout = layout
+        """Where the namespace's keys live (read off its keys at open: shard_layout.py)."""
+        self.shard_count = layout.shard_count
+        self.tag_width = layout.tag_width
         """How many hex digits a shard's tag has (lua/_lib.lua computes a digest's tag)."""
-        self.shards = shard_names(shard_count)
-        self.shard: Callable[[str], str] = shard_finder(shard_count)
-        """The shard a prefix's node lives in (prefix.shard_of at this count)."""
+        self.shards = layout.shards
+        self.shard: Callable[[str], str] = shard_finder(layout.shard_count, layout.tag_width)
+        """The shard a prefix's node lives in (prefix.shard_of in this layout)."""
         self._shards: dict[str, ShardKeys] = {}
 
     def tag(self, shard: str) -> str:
@@ -112,7 +114,7 @@ class KeySchema:
 
     def node_pattern(self) -> str:
         """A glob matching every node key of the namespace."""
-        return f"{self.namespace}:{{??}}:n:*"
+        return f"{self.namespace}:{{{'?' * self.tag_width}}}:n:*"
 
     @property
     def settings(self) -> str:

@@ -20,16 +20,45 @@ PREFIX_HASH_LENGTH = 64
 LEGACY_SHARD_COUNT = 256
 """The shard count of namespaces stored before it was a setting (data model v2)."""
 NEW_SHARD_COUNT = 16
-"""The shard count a new namespace gets: a 200-page batch then takes about 16 script
-calls a step instead of about 140 (docs/ARCHITECTURE.md, Shards)."""
+"""The shard count a new namespace gets (docs/ARCHITECTURE.md, Shards)."""
 SHARD_COUNTS = tuple(1 << i for i in range(9))
 """The shard counts a namespace may have: powers of two up to 256, so every shard gets
 an equal share of uniform hashes."""
 
 
+@dataclass(frozen=True)
+class ShardLayout:
+    """Where a namespace's keys live: its shard count, and how many hex digits its shards'
+    tags have. Read off the keys themselves (shard_layout.py), never off a stored value.
+
+    Tags of one digit, "0".."f", are the 16 shards of a namespace made by 0.2 (a node's
+    shard is its hash's first hex digit); tags of two, "00".."ff", those of 0.1 and of
+    wider namespaces, the top bits of the hash's first byte (16 shards: "00".."0f"). The
+    two never name the same key, so a namespace's keys say which it has."""
+
+    shard_count: int
+    tag_width: int
+
+    @property
+    def shards(self) -> tuple[str, ...]:
+        return shard_names(self.shard_count, self.tag_width)
+
+
+V4_LAYOUT = ShardLayout(NEW_SHARD_COUNT, 1)
+"""The layout of a namespace made by this release with the default shard count."""
+
+
+def layout_for(shard_count: int) -> ShardLayout:
+    """The layout a new namespace of `shard_count` shards is made with: one-digit tags for
+    16 (the default), two-digit tags for any other count."""
+    return V4_LAYOUT if shard_count == NEW_SHARD_COUNT else ShardLayout(shard_count, 2)
+
+
 @functools.cache
-def shard_names(shard_count: int) -> tuple[str, ...]:
-    """The shards of a namespace of `shard_count` shards: "00", "01", ... in hex."""
+def shard_names(shard_count: int, tag_width: int = 2) -> tuple[str, ...]:
+    """The shards of a layout, in hex: "0".."f" (one digit, 16 shards), or "00", "01", ..."""
+    if tag_width == 1:
+        return tuple(f"{i:x}" for i in range(shard_count))
     return tuple(f"{i:02x}" for i in range(shard_count))
 
 
@@ -146,19 +175,23 @@ def extractor_named(name: str) -> Extractor:
             "mooncake_redis.register_extractor before opening the index") from None
 
 
-def shard_of(prefix_hash: str, shard_count: int = LEGACY_SHARD_COUNT) -> str:
-    """Two lowercase hex digits naming one of `shard_count` shards, from the hash's own
+def shard_of(prefix_hash: str, shard_count: int = LEGACY_SHARD_COUNT,
+             tag_width: int = 2) -> str:
+    """The tag of the shard of `shard_count` a prefix's node lives in, from the hash's own
     first byte when it is a 64-hex digest (uniform already), else from the first byte of
-    blake3(prefix_hash). With 256 shards that byte is the shard; with fewer, its top bits
-    (16 shards: "00"-"0f", the hash's first hex digit)."""
-    return shard_finder(shard_count)(prefix_hash)
+    blake3(prefix_hash): with 256 shards that byte, with fewer its top bits, as two hex
+    digits ("00"-"0f" for 16), or with tag_width 1 (16 shards only) as one ("0"-"f")."""
+    return shard_finder(shard_count, tag_width)(prefix_hash)
 
 
 @functools.cache
-def shard_finder(shard_count: int) -> Callable[[str], str]:
-    """shard_of for one shard count, as a function of the hash alone with a cache keyed by
-    the hash itself (the write paths ask for a node's shard several times a call)."""
-    shards = {f"{byte:02x}": f"{byte * shard_count // LEGACY_SHARD_COUNT:02x}"
+def shard_finder(shard_count: int, tag_width: int = 2) -> Callable[[str], str]:
+    """shard_of for one layout, as a function of the hash alone with a cache keyed by the
+    hash itself (the write paths ask for a node's shard several times a call)."""
+    if tag_width == 1 and shard_count != NEW_SHARD_COUNT:
+        raise ValueError("one-digit shard tags name 16 shards")
+    width = f"0{tag_width}x"
+    shards = {f"{byte:02x}": format(byte * shard_count // LEGACY_SHARD_COUNT, width)
               for byte in range(LEGACY_SHARD_COUNT)}
 
     @functools.lru_cache(maxsize=1 << 16)

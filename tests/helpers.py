@@ -7,7 +7,7 @@ from typing import Any
 
 from mooncake_redis import Index
 from mooncake_redis.operations.fsck import check
-from mooncake_redis.prefix import NEW_SHARD_COUNT, shard_of
+from mooncake_redis.prefix import V4_LAYOUT, shard_of
 from mooncake_redis.store.events import Event, events_of
 
 BOOKKEEPING = ("fences", "events")
@@ -17,13 +17,13 @@ only ever grows. Neither is data."""
 
 
 def default_shard(prefix_hash: str) -> str:
-    """The hash's shard in a namespace created with the default shard count (the tests')."""
-    return shard_of(prefix_hash, NEW_SHARD_COUNT)
+    """The hash's shard in a namespace created with the default layout (the tests')."""
+    return shard_of(prefix_hash, V4_LAYOUT.shard_count, V4_LAYOUT.tag_width)
 
 
 def other_shard(prefix_hash: str) -> str:
     """A shard tag other than the hash's own, in such a namespace."""
-    return "00" if default_shard(prefix_hash) != "00" else "01"
+    return "0" if default_shard(prefix_hash) != "0" else "1"
 
 
 def page(name: object) -> str:

@@ -475,7 +475,7 @@ def test_namespaces_lists_each_namespace_with_its_usage(
     assert lines[1].split() == ["alpha", "3", "3", "3.5", "KiB", "1.0", "MiB", "0.3%"]
     assert lines[2].split() == ["beta.2", "1", "1", "100", "B", "unlimited", "-"]
     assert alpha.client.hgetall("beta.2:settings") == {"shard_count": "16"}  # read only:
-    assert not alpha.client.exists("plain:{00}:stats")  # nothing more written
+    assert not alpha.client.exists("plain:{0}:stats")  # nothing more written
 
 
 def test_namespaces_on_an_empty_redis_says_so(redis_url: str,

@@ -118,7 +118,7 @@ def test_every_installed_package_is_a_folder_the_scan_sees() -> None:
 LAYERS: list[list[tuple[str, tuple[str, ...]]]] = [
     [("core", ("errors", "urls", "text", "prefix", "keys", "models", "values", "validation",
                "settings", "segment_registry", "connection", "observers", "executor",
-               "layouts", "scripts", "context", "lua"))],
+               "layouts", "scripts", "shard_layout", "context", "lua"))],
     [("tree", ("tree",))],
     [("capacity", ("capacity",))],
     [("store", ("store",))],

@@ -1,6 +1,6 @@
-"""Golden test: the key schema (v2) is a contract redis-cli users read; it changes only on
-purpose. Pinned twice: the names KeySchema builds, and the keys and fields a real write
-leaves in Redis."""
+"""Golden test: the key schema (v2, its shard tags of one hex digit since 0.2) is a
+contract redis-cli users read; it changes only on purpose. Pinned twice: the names
+KeySchema builds, and the keys and fields a real write leaves in Redis."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from helpers import page
 
 from mooncake_redis import ConfigurationError, Index
 from mooncake_redis.keys import SHARD_KEY_NAMES, KeySchema
+from mooncake_redis.prefix import ShardLayout
 from mooncake_redis.values import child_field, child_of_field, decode_object, object_field
 
 H = "13" + "ab" * 31
@@ -16,11 +17,11 @@ H = "13" + "ab" * 31
 
 def test_key_schema_is_pinned() -> None:
     schema = KeySchema("mc")
-    shard = schema.shard_keys("13")
-    assert schema.node(H) == f"mc:{{13}}:n:{H}"
+    shard = schema.shard_keys("1")
+    assert schema.node(H) == f"mc:{{1}}:n:{H}"  # the first hex digit
     assert schema.node("plain-object").startswith("mc:{") and \
         schema.node("plain-object").endswith("}:n:plain-object")  # blake3 shard
-    assert shard.as_list() == [f"mc:{{13}}:{name}" for name in
+    assert shard.as_list() == [f"mc:{{1}}:{name}" for name in
                                ("leaves", "soft_leaves", "stats", "pending", "fences",
                                 "outbox", "events")]
     assert SHARD_KEY_NAMES == ("leaves", "soft_leaves", "stats", "pending", "fences",
@@ -32,8 +33,9 @@ def test_key_schema_is_pinned() -> None:
     assert schema.token_hashes("pod-1@CPU/g1") == "mc:tokens:pod-1@CPU/g1"
     assert schema.eviction_requested == "mc:eviction_requested"
     assert schema.pattern() == "mc:*"
-    assert schema.node_pattern() == "mc:{??}:n:*"
-    assert schema.node_prefix("13") == "mc:{13}:n:"
+    assert schema.node_pattern() == "mc:{?}:n:*"
+    assert schema.node_prefix("1") == "mc:{1}:n:"
+    assert schema.shards == tuple("0123456789abcdef")
     assert schema.hash_of_node_key(schema.node(H)) == H
 
 
@@ -51,12 +53,12 @@ def test_node_fields_are_pinned() -> None:
 
 
 @pytest.mark.parametrize(("shard_count", "parent_tag", "child_tag"),
-                         [(16, "01", "02"), (256, "1a", "2b")])
+                         [(16, "1", "2"), (256, "1a", "2b")])
 def test_a_write_leaves_exactly_the_pinned_keys_and_fields(
         redis_url: str, shard_count: int, parent_tag: str, child_tag: str) -> None:
     """One object under a parent in another shard: one hash per node (no object keys, no
     per-shard object index), the shard's stats and leaf index, and the events stream; in
-    a new namespace's 16 shards and in the 256 of a namespace stored before 0.2."""
+    a new namespace's 16 shards and in 256 (asked for at creation: 0.1's layout)."""
     arguments = {} if shard_count == 16 else {"shard_count": shard_count}
     index = Index.from_url(redis_url, namespace="gold", capacity_bytes="1GiB", **arguments)
     assert index.settings.shard_count == shard_count
@@ -85,13 +87,16 @@ def test_a_write_leaves_exactly_the_pinned_keys_and_fields(
     assert index.client.zrange(f"{c}:leaves", 0, -1) == [child]
 
 
-def test_the_shard_rule_for_fewer_shards_takes_the_first_byte_s_top_bits() -> None:
-    schema = KeySchema("mc", 16)
+def test_0_1_s_two_digit_layouts_take_the_first_byte_s_top_bits() -> None:
+    schema = KeySchema("mc", ShardLayout(16, 2))
     assert schema.shards == tuple(f"{i:02x}" for i in range(16))
     assert schema.node(H) == f"mc:{{01}}:n:{H}"  # 0x13 -> 1
     assert schema.shard("f" + H[1:]) == "0f" and schema.shard("0" + H[1:]) == "00"
-    assert KeySchema("mc", 1).shard(H) == "00" and KeySchema("mc").shard(H) == "13"
+    assert KeySchema("mc", ShardLayout(1, 2)).shard(H) == "00"
+    assert KeySchema("mc", ShardLayout(256, 2)).shard(H) == "13"
+    assert schema.node_pattern() == "mc:{??}:n:*"
     assert schema.shard("plain-object") in schema.shards  # blake3's first byte
+    assert KeySchema("mc").shard("plain-object") in KeySchema("mc").shards
 
 
 @pytest.mark.parametrize("namespace", ["", "a:b", "a{b}", "x" * 65, "sp ace", 5, None])

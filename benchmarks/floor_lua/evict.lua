@@ -11,16 +11,19 @@
 -- shard count (keys.py and prefix.shard_of for 64-hex hashes: shard = the first byte
 -- scaled to the count), since a leaf's parent may live in any shard.
 -- ARGV: 1 namespace, 2 shard count, 3 leaves per call, 4 first shard to visit (0-based),
---       5 events cap (0 = no events)
+--       5 events cap (0 = no events), 6 the shard tags' width in hex digits (1: the
+--       layout of 16 one-digit tags, a digest's first digit; 2: a byte's top bits)
 -- Returns: {leaves evicted, objects evicted, the shard the next call starts at}
-local ns, count, budget, first, cap =
-  ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local ns, count, budget, first, cap, width =
+  ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
+  tonumber(ARGV[6])
 local per_shard = math.max(1, math.ceil(budget / count))
 
 local function tag(shard)
-  return ns .. ':{' .. string.format('%02x', shard) .. '}'
+  return ns .. ':{' .. string.format(width == 1 and '%x' or '%02x', shard) .. '}'
 end
 local function shard_of(hash)
+  if width == 1 then return tonumber(string.sub(hash, 1, 1), 16) end
   return math.floor(tonumber(string.sub(hash, 1, 2), 16) * count / 256)
 end
 

@@ -102,8 +102,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def shard(text: str) -> str:
-    if len(text) != 2 or any(c not in "0123456789abcdef" for c in text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a shard (two lowercase hex digits)")
+    if len(text) not in (1, 2) or any(c not in "0123456789abcdef" for c in text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a shard (one lowercase hex digit, or two for 0.1's layout)")
     return text
 
 

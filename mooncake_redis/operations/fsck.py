@@ -25,7 +25,7 @@ from mooncake_redis.context import Context
 from mooncake_redis.errors import MooncakeRedisError
 from mooncake_redis.executor import Batch, score_pairs
 from mooncake_redis.keys import SHARD_KEY_NAMES
-from mooncake_redis.prefix import LEGACY_SHARD_COUNT, NEW_SHARD_COUNT, shard_of
+from mooncake_redis.prefix import SHARD_COUNTS, V4_LAYOUT, ShardLayout, shard_of
 from mooncake_redis.tree.links import (
     Intent,
     ResolverReport,
@@ -111,16 +111,17 @@ def check(ctx: Context, repair: bool = False, shards: Sequence[str] | None = Non
                            f"clients use the default: `config set {name}=VALUE` or "
                            f"`config reset {name}`")
     node_keys: dict[str, list[str]] = defaultdict(list)
-    for page in scan_node_keys(ctx):
+    for page in scan_node_keys(ctx, any_layout=True):
         for key in page:
-            node_keys[key.split("{", 1)[1][:2]].append(key)
+            node_keys[key.split("{", 1)[1].split("}", 1)[0]].append(key)
     checker.drop_unusable_keys(todo, node_keys, every_shard=shards is None)
     if repair and checker.report.counts["node_of_another_layout"]:
         repair = checker.repair = False  # counters recounted under a wrong layout would be
         # wrong too: nothing more is repaired until the shard count is mended
         checker.report.add("repair_stopped",
-                           "nodes sit as another shard count places them: nothing else was "
-                           "repaired; mend shard_count (or move the nodes), then run again")
+                           "nodes sit as another shard layout places them: nothing else was "
+                           "repaired; move or remove the nodes of the other layout, then run "
+                           "again")
     if repair:
         checker.report.resolver = resolve(ctx, grace_ms=0, shards=todo)
     parents: dict[str, str | None] = {}
@@ -138,12 +139,16 @@ def check(ctx: Context, repair: bool = False, shards: Sequence[str] | None = Non
     return checker.report
 
 
+OTHER_LAYOUTS = (V4_LAYOUT, *(ShardLayout(count, 2) for count in SHARD_COUNTS))
+
+
 def layout_placing(prefix_hash: str, tag: str) -> int | None:
-    """The default shard count (of a new namespace, or of one stored before the setting)
-    under which a node of this hash lives under this tag, if any: what a node looks like
-    when the stored shard_count is not the one its writers used."""
-    return next((count for count in (NEW_SHARD_COUNT, LEGACY_SHARD_COUNT)
-                 if shard_of(prefix_hash, count) == tag), None)
+    """The shard count of a layout (this release's, or one of 0.1's) under which a node of
+    this hash lives under this tag, if any: a node another layout's writer left, which
+    fsck keeps (the data, not the place, may be what someone wants)."""
+    return next((layout.shard_count for layout in OTHER_LAYOUTS
+                 if len(tag) == layout.tag_width
+                 and shard_of(prefix_hash, layout.shard_count, layout.tag_width) == tag), None)
 
 
 class _Checker:
@@ -180,9 +185,8 @@ class _Checker:
                             f"{key}: node {prefix_hash} sits where a namespace of "
                             f"{other_layout} shards keeps it, not in shard "
                             f"{self.ctx.shard(prefix_hash)} of this one's "
-                            f"{self.ctx.schema.shard_count}: if {self.ctx.schema.settings} "
-                            "shard_count is wrong, mend it (redis-cli HSET); fsck does not "
-                            "delete such nodes")
+                            f"{self.ctx.schema.shard_count}: fsck does not delete such "
+                            "nodes (a writer of another release or layout left them)")
                 else:
                     kept.append(key)
                     expected[key] = "hash"

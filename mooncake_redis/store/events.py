@@ -164,7 +164,7 @@ def list_shard(ctx: Context, shard: str) -> Iterator[ShardObject]:
     """Every object of one shard now: a SCAN of its node keys on the node that serves it,
     each node read whole. Not a snapshot: objects that change meanwhile are as they were
     when their node was read (the events after a loss fix them up: docs/EVENTS.md)."""
-    shard = check_shard(shard)
+    shard = check_shard(ctx, shard)
     for page in scan_node_keys(ctx, shard):
         batch = ctx.batch()
         for node_key in page:
@@ -182,11 +182,12 @@ def list_shard(ctx: Context, shard: str) -> Iterator[ShardObject]:
                                   stored.replicas if stored else ())
 
 
-def check_shard(shard: Any) -> str:
-    if not isinstance(shard, str) or len(shard) != 2 or \
-            any(c not in "0123456789abcdef" for c in shard):
-        raise InvalidArgument(f"shard must be two lowercase hex digits ('00'..'ff'), got "
-                              f"{shard!r}")
+def check_shard(ctx: Context, shard: Any) -> str:
+    """A shard of the namespace's layout ("0".."f", or 0.1's "00".."ff")."""
+    shards = ctx.all_shards()
+    if not isinstance(shard, str) or shard not in shards:
+        raise InvalidArgument(f"shard must be one of the namespace's {len(shards)} shards "
+                              f"({shards[0]!r}..{shards[-1]!r}), got {shard!r}")
     return shard
 
 

@@ -41,12 +41,17 @@ def primaries(client: Any) -> list[Any]:
     return [client]
 
 
-def scan_node_keys(ctx: Context, shard: str | None = None, start: str = ""
-                   ) -> Iterator[list[str]]:
+def scan_node_keys(ctx: Context, shard: str | None = None, start: str = "",
+                   any_layout: bool = False) -> Iterator[list[str]]:
     """Pages of node keys of the namespace, or of one shard (SCAN MATCH on every primary);
-    with a shard, only the nodes whose hash begins with start (no glob characters)."""
-    pattern = ctx.schema.node_pattern() if shard is None else \
-        ctx.schema.node_prefix(shard) + start + "*"
+    with a shard, only the nodes whose hash begins with start (no glob characters); with
+    any_layout, node keys under any tag (fsck: another layout's too)."""
+    if any_layout:
+        pattern = f"{ctx.schema.namespace}:{{*}}:n:*"
+    elif shard is None:
+        pattern = ctx.schema.node_pattern()
+    else:
+        pattern = ctx.schema.node_prefix(shard) + start + "*"
     for client in primaries(ctx.client):
         cursor = 0
         while True:
