@@ -32,6 +32,7 @@ share one slot and one script can update them atomically.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -92,6 +93,9 @@ class KeySchema:
         self.shard: Callable[[str], str] = shard_finder(layout.shard_count, layout.tag_width)
         """The shard a prefix's node lives in (prefix.shard_of in this layout)."""
         self._shards: dict[str, ShardKeys] = {}
+        self.node: Callable[[str], str] = functools.lru_cache(maxsize=1 << 16)(self._node)
+        """The node hash of a prefix: it holds the node and every object of the prefix
+        (cached: an engine names the same pages' nodes request after request)."""
 
     def tag(self, shard: str) -> str:
         return f"{self.namespace}:{{{shard}}}"
@@ -104,8 +108,7 @@ class KeySchema:
             self._shards[shard] = keys
         return keys
 
-    def node(self, prefix_hash: str) -> str:
-        """The node hash of a prefix: it holds the node and every object of the prefix."""
+    def _node(self, prefix_hash: str) -> str:
         return f"{self.namespace}:{{{self.shard(prefix_hash)}}}:n:{prefix_hash}"
 
     def node_prefix(self, shard: str) -> str:

@@ -70,10 +70,18 @@ def get(ctx: Context, targets: Sequence[Target], probe: bool = False
 def exist(ctx: Context, targets: Sequence[Target]) -> list[bool]:
     """Whether each object is stored and complete: one HMGET per run of targets of one
     node, no script. The replies, read in order, hold the values in the targets' order
-    (a node named again later gets a second HMGET: a read, so nothing to keep in step)."""
+    (a node named again later gets a second HMGET: a read, so nothing to keep in step).
+    The engines' probe of a whole chain: one pass over the targets, no per-key object."""
     node = ctx.schema.node
-    replies = ctx.reads([("HMGET", node(prefix_hash), *map(OBJECT_PREFIX.__add__, suffixes))
-                         for prefix_hash, _, suffixes in node_runs(targets)])
+    runs: list[list[str]] = []
+    current = None
+    for _, prefix_hash, suffix in targets:
+        if prefix_hash != current:
+            current = prefix_hash
+            run = ["HMGET", node(prefix_hash)]
+            runs.append(run)
+        run.append(OBJECT_PREFIX + suffix)
+    replies = ctx.reads(list(map(tuple, runs)))  # tuples: what hiredis packs
     for reply in replies:
         if reply.__class__ is not list:
             raise reply if isinstance(reply, MooncakeRedisError) else \
