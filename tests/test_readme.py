@@ -61,7 +61,11 @@ NOT_RUN = {
     ("SIMULATION.md", "python -m mooncake_redis.sim --plot"):
         "simulations of 30 s to hours, some on traces to download first: tests/sim/ runs "
         "each mode on small workloads",
-    ("SIMULATION.md", "python -m mooncake_redis.sim --trace mooncake_synthetic_trace.jsonl"):
+    ("SIMULATION.md", "python -m mooncake_redis.sim --trace mooncake_synthetic_trace.jsonl --plot"):
+        "the same",
+    ("SIMULATION.md", "python -m mooncake_redis.sim --trace mooncake_synthetic_trace.jsonl --rou"):
+        "the same",
+    ("SIMULATION.md", "python -m mooncake_redis.sim.trace.synthesis conversation_shaped.jsonl"):
         "the same",
     ("SIMULATION.md", "python -m mooncake_redis.sim --backend redis"): "the same",
 }
