@@ -48,6 +48,7 @@ from .validation import (
     check_size,
     check_unique,
     check_wait_ms,
+    plain_rows,
 )
 from .values import HARD_PIN, SOFT_PIN, pack_replicas
 
@@ -241,6 +242,26 @@ class Index:
         targets = self._split_items(rows)
         links_checked = tree_on and targets is not None and self._links_well_formed(
             rows, targets, settings.max_key_length)
+        if targets is not None and (links_checked or not tree_on) and \
+                plain_rows(rows, max_size):  # the engines' batch: checked at once, in C
+            prepared = [(key, prefix_hash, suffix, size, parent if tree_on else None, "")
+                        for (key, size, parent, _), (_, prefix_hash, suffix) in
+                        zip(rows, targets)]
+        else:
+            prepared = self._prepared(rows, targets, tree_on, links_checked, max_size)
+        check_unique([item[0] for item in prepared], "object key")
+        wait_ms = settings.put_wait_ms if wait_ms is None else check_wait_ms(wait_ms)
+        results = waiting.write_waiting(
+            self.ctx, prepared, pins, wait_ms, mode,
+            on_no_space=self.on_no_space and functools.partial(self.on_no_space, self),
+            evict=None if self.ctx.options.queue_url else self.evict)
+        return self._counted(operation, results)
+
+    def _prepared(self, rows: list[PutRow], targets: list[tuple[str, str, str]] | None,
+                  tree_on: bool, links_checked: bool, max_size: int
+                  ) -> list[registration.Prepared]:
+        """The items checked one by one, each bad value raising its own error in item
+        order (a key, a size, a parent, replicas)."""
         prepared: list[registration.Prepared] = []
         parents: dict[str, str] = {}  # each parent (and each linked node) checked once a call
         linked: set[str] = set()
@@ -269,13 +290,7 @@ class Index:
             prepared.append((key, prefix_hash, suffix, size, parent if tree_on else None,
                              "" if replicas is None else
                              pack_replicas(check_replicas(replicas))))
-        check_unique([item[0] for item in prepared], "object key")
-        wait_ms = settings.put_wait_ms if wait_ms is None else check_wait_ms(wait_ms)
-        results = waiting.write_waiting(
-            self.ctx, prepared, pins, wait_ms, mode,
-            on_no_space=self.on_no_space and functools.partial(self.on_no_space, self),
-            evict=None if self.ctx.options.queue_url else self.evict)
-        return self._counted(operation, results)
+        return prepared
 
     def _split_items(self, items: list[PutRow]) -> list[tuple[str, str, str]] | None:
         """ctx.split_all of the items' keys; None if a key is bad: the caller then splits

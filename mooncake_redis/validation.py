@@ -70,6 +70,12 @@ def check_items(items: Any, what: str, arities: tuple[int, ...]) -> list[tuple[A
         raise InvalidArgument(f"a batch must be a list of {what}s, got {type(items).__name__}")
     longest = max(arities)
     padding = {arity: (None,) * (longest - arity) for arity in arities}
+    if isinstance(items, list) and set(map(type, items)) <= {tuple}:
+        lengths = set(map(len, items))  # the common batch: a list of tuples, checked in C
+        if lengths <= {longest}:
+            return items
+        if lengths <= padding.keys():
+            return [item + padding[len(item)] for item in items]
     checked = []
     for item in items:
         if not isinstance(item, (tuple, list)) or len(item) not in padding:  # (never a str)
@@ -83,6 +89,16 @@ def check_put_items(items: Any, what: str) -> list[PutRow]:
     """A put batch's items, each padded to (key, size, parent, replicas); the values are
     checked where they are used, so the hot path builds no object per item."""
     return cast("list[PutRow]", check_items(items, what, (2, 3, 4)))
+
+
+def plain_rows(rows: list[PutRow], max_size: int) -> bool:
+    """Whether every padded put row has an int size within 0..max_size and no replicas:
+    checked at once, in C (False says only "check each")."""
+    if not rows:
+        return True
+    _, sizes, _, replicas = zip(*rows)
+    return set(map(type, sizes)) == {int} and min(sizes) >= 0 and \
+        max(sizes) <= max_size and replicas.count(None) == len(replicas)
 
 
 def check_node_items(items: Any) -> list[NodeItem]:

@@ -33,7 +33,7 @@ from mooncake_redis.errors import (
     split_script_error,
 )
 from mooncake_redis.models import Result
-from mooncake_redis.prefix import is_digest
+from mooncake_redis.prefix import all_digests, is_digest
 from mooncake_redis.tree.links import (
     Link,
     add_link,
@@ -113,35 +113,36 @@ def _lean(ctx: Context, items: Sequence[Prepared], pins: int, mode: str
             return None  # named after its child, or a cycle: refuse_in_batch decides
         seen.add(prefix_hash)
     single = ctx.partition is None and not ctx.executor.cluster
-    node_of = ctx.node_of
+    node_of, shard_of = ctx.node_of, ctx.schema.shard
     settings = ctx.settings
     calls = ctx.calls("put", mode, ctx.token, 0, settings.put_start_discard_timeout_ms,
                       default_shard_limit(settings.capacity_bytes, settings.shard_count),
                       ctx.batch_id(), settings.max_depth)
+    digests = all_digests(list(groups))  # each node's field in its parent: its bare hash
+    add = calls.items
     for prefix_hash, (parent, positions, objects) in groups.items():
         shard = shard_of(prefix_hash)
         if parent is None:
-            calls.items(shard, positions, prefix_hash, "", "", "", "0", len(positions),
-                        *objects)
+            add(shard, positions, prefix_hash, "", "", "", "0", len(positions), *objects)
             continue
         parent_shard = shard_of(parent)
         if not single and node_of(parent_shard) != node_of(shard):
             return None  # a link across nodes: two steps
-        calls.items(shard, positions, prefix_hash, parent, parent_shard,
-                    "" if is_digest(prefix_hash) else CHILD_PREFIX + prefix_hash, "0",
-                    len(positions), *objects)
+        add(shard, positions, prefix_hash, parent, parent_shard,
+            "" if digests or is_digest(prefix_hash) else CHILD_PREFIX + prefix_hash, "0",
+            len(positions), *objects)
     batch = ctx.batch()
     calls.queue(batch)
     results: list[Result[None] | None] = [None] * len(items)
     for position, reply in calls.per_item(batch.execute()):
-        key = items[position][0]
         if reply.__class__ is str and reply.startswith("OK"):
-            results[position] = Result(key)
+            results[position] = Result(items[position][0])
         elif isinstance(reply, MooncakeRedisError):
-            results[position] = Result(key, error=reply)
+            results[position] = Result(items[position][0], error=reply)
         else:
             code = split_script_error(str(reply))
             if code is None or code[0] not in SEND_AGAIN:
+                key = items[position][0]
                 results[position] = Result(key, error=from_script_error(
                     str(reply), key=key, prefix_hash=items[position][1]))
     return results
