@@ -21,6 +21,7 @@ import redis
 from . import (
     cluster,
     dropin,
+    engine,
     eviction,
     floor,
     goals,
@@ -34,8 +35,9 @@ from . import (
 from .common import SCALES, Context, Table, TreeSnapshots, to_json
 
 BENCHMARKS: dict[str, ModuleType] = {module.NAME: module for module in
-                                     (registration, memory, eviction, match_prefix, read_floor,
-                                      side_by_side, prefix_query, cluster, dropin, floor)}
+                                     (engine, registration, memory, eviction, match_prefix,
+                                      read_floor, side_by_side, prefix_query, cluster, dropin,
+                                      floor)}
 
 DESCRIPTION = """\
 Benchmarks of mooncake-redis (data model v2) against its goals (issue 10), its baselines

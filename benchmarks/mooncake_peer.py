@@ -190,6 +190,57 @@ class Peer:
         return counters
 
 
+@dataclass
+class Master:
+    """A mooncake_master process on loopback ports, with its HTTP metadata server."""
+
+    process: subprocess.Popen[bytes]
+    rpc_port: int
+    http_port: int
+    metrics_port: int
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.rpc_port}"
+
+    @property
+    def metadata_server(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}/metadata"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+
+def start_master(binary: Path, workdir: Path, lease_ttl_ms: int = LEASE_TTL_MS,
+                 startup_timeout: float = 30.0) -> Master:
+    """Starts `binary` (mooncake_master) on free loopback ports, logging into `workdir`, and
+    waits until its RPC, metadata and metrics ports answer. The caller stops it (_stop)."""
+    log = workdir / "master.log"
+    for attempt in range(3):  # a freed port can be taken again before the master binds it
+        rpc, http, metrics = _free_ports(3)
+        command = [str(binary), f"--rpc_port={rpc}",
+                   "--rpc_address=127.0.0.1", "--enable_http_metadata_server=true",
+                   "--http_metadata_server_host=127.0.0.1",
+                   f"--http_metadata_server_port={http}", "--metrics_host=127.0.0.1",
+                   f"--metrics_port={metrics}", f"--default_kv_lease_ttl={lease_ttl_ms}",
+                   f"--log_dir={workdir}", "--logtostderr"]
+        with log.open("ab") as out:
+            master = subprocess.Popen(command, cwd=workdir, stdout=out,
+                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + startup_timeout
+        while master.poll() is None and time.monotonic() < deadline and not (
+                _listening(rpc) and _listening(http) and _listening(metrics)):
+            time.sleep(0.05)
+        if master.poll() is None and time.monotonic() < deadline:
+            return Master(master, rpc, http, metrics)
+        _stop(master)
+        if attempt == 2:
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+            raise RuntimeError(f"mooncake_master did not start: {command}\n{tail}")
+    raise AssertionError("unreachable")
+
+
 @contextlib.contextmanager
 def running_peer(global_segment_size: int = 256 << 20, local_buffer_size: int = 64 << 20,
                  lease_ttl_ms: int = LEASE_TTL_MS, startup_timeout: float = 30.0
@@ -212,43 +263,21 @@ def running_peer(global_segment_size: int = 256 << 20, local_buffer_size: int = 
 
     with tempfile.TemporaryDirectory(prefix="mooncake-peer-") as tmp:
         workdir = Path(tmp)
-        log = workdir / "master.log"
-        for attempt in range(3):  # a freed port can be taken again before the master binds it
-            rpc, http, metrics = _free_ports(3)
-            command = [str(package / "mooncake_master"), f"--rpc_port={rpc}",
-                       "--rpc_address=127.0.0.1", "--enable_http_metadata_server=true",
-                       "--http_metadata_server_host=127.0.0.1",
-                       f"--http_metadata_server_port={http}", "--metrics_host=127.0.0.1",
-                       f"--metrics_port={metrics}", f"--default_kv_lease_ttl={lease_ttl_ms}",
-                       f"--log_dir={workdir}", "--logtostderr"]
-            with log.open("ab") as out:
-                master = subprocess.Popen(command, cwd=workdir, stdout=out,
-                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            deadline = time.monotonic() + startup_timeout
-            while master.poll() is None and time.monotonic() < deadline and not (
-                    _listening(rpc) and _listening(http) and _listening(metrics)):
-                time.sleep(0.05)
-            if master.poll() is None and time.monotonic() < deadline:
-                break
-            _stop(master)
-            if attempt == 2:
-                tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-                raise RuntimeError(f"mooncake_master did not start: {command}\n{tail}")
+        master = start_master(package / "mooncake_master", workdir, lease_ttl_ms,
+                              startup_timeout)
         store = None
         try:
             store = MooncakeDistributedStore()
-            metadata_server = f"http://127.0.0.1:{http}/metadata"
-            master_address = f"127.0.0.1:{rpc}"
-            code = store.setup("127.0.0.1", metadata_server, global_segment_size,
-                               local_buffer_size, "tcp", "", master_address)
+            code = store.setup("127.0.0.1", master.metadata_server, global_segment_size,
+                               local_buffer_size, "tcp", "", master.address)
             if code != 0:
                 raise RuntimeError(f"MooncakeDistributedStore.setup returned {code}")
-            yield Peer(store, master_address, metadata_server,
-                       f"http://127.0.0.1:{metrics}/metrics", workdir)
+            yield Peer(store, master.address, master.metadata_server, master.metrics_url,
+                       workdir)
         finally:
             if store is not None:
                 store.close()
-            _stop(master)
+            _stop(master.process)
 
 
 def _chunks(keys: list[str], size: int) -> list[list[str]]:

@@ -19,6 +19,7 @@ from mooncake_redis.operations import fsck
 ROOT = Path(__file__).resolve().parent.parent
 
 RESULT_KEYS = {
+    "engine": "medians",
     "registration": "paths",
     "memory": "totals",
     "eviction": "trees",
@@ -63,6 +64,9 @@ def test_small_run_writes_results(tmp_path: Path) -> None:
         assert all(table["rows"] for table in benchmark["tables"]), name
     results = {name: report["benchmarks"][name]["results"] for name in RESULT_KEYS}
     # Correctness, not speed: the work each benchmark claims to time was really done.
+    engine = results["engine"]["medians"]
+    for side in ("ours/1", "floor/1"):  # each request checked its chain: 24 pages first
+        assert engine[side]["requests"] >= 8 and engine[side]["pages_checked"] >= 24, side
     paths = {row["path"]: row for row in results["registration"]["paths"]}
     assert all(row["per_second"] > 0 for row in paths.values())
     single = next(row for name, row in paths.items() if name.startswith("put_start (single"))
