@@ -48,7 +48,7 @@ def page(*parts: object) -> str:
 
 
 def requests(client: int, conversations: int, seed: int
-             ) -> Iterator[tuple[list[str], list[tuple[str, str | None]]]]:
+             ) -> Iterator[tuple[list[str], list[tuple[str, str]]]]:
     """(the keys a request checks, the new pages it stores with their parents), in order:
     conversation after conversation, turn after turn."""
     system = [page(seed, "system", n) for n in range(SYSTEM_PAGES)]

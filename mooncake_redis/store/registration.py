@@ -95,7 +95,6 @@ def _lean(ctx: Context, items: Sequence[Prepared], pins: int, mode: str
     """The items in one call per Redis node, their links written in it; None where the
     batch is not for this path (a node given two parents, a parent named after its child,
     a link across nodes); per item None where a refusal is write()'s to mend."""
-    shard_of = ctx.shard
     groups: dict[str, tuple[str | None, list[int], list[Any]]] = {}
     for position, (_, prefix_hash, suffix, size, parent, replicas) in enumerate(items):
         group = groups.get(prefix_hash)
