@@ -6,6 +6,9 @@
 #   MOONCAKE_PEER_VENV  venv to use (default: .venv-peer at the top of the checkout)
 #   MOONCAKE_PEER_VERSION  pin a version (default: newest; 0.3.13.post1 was tested)
 #   PYTHON  interpreter to make the venv with (default: python3)
+#   MOONCAKE_PEER_TEST_DEPS=1  also install what Mooncake's own tests import
+#     (scripts/check_mooncake_tests.py): pytest, pytest-timeout, numpy and torch 2.13's CPU
+#     build (from PyPI's CPU wheel; never a CUDA build)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${MOONCAKE_PEER_VENV:-$ROOT/.venv-peer}"
@@ -47,6 +50,13 @@ if [ -n "${MOONCAKE_PEER_VERSION:-}" ] || ! probe >/dev/null; then
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$SPEC" \
     || fail "pip install $SPEC failed (its wheels exist only for some CPython versions \
 and CPUs; this is $("$VENV/bin/python" -V 2>&1) on $(uname -m))"
+fi
+if [ "${MOONCAKE_PEER_TEST_DEPS:-0}" = 1 ]; then
+  "$VENV/bin/python" -c 'import pytest, pytest_timeout, numpy, torch' 2>/dev/null || {
+    echo "Installing pytest, numpy and torch (CPU) into $VENV …" >&2
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check pytest \
+      pytest-timeout numpy "torch==2.13.0" || fail "pip install of the test dependencies failed"
+  }
 fi
 found="$(probe)" || fail "$PACKAGE is installed in $VENV but mooncake.store does not import"
 read -r version master <<<"$found"
