@@ -20,11 +20,15 @@ from ..models import Replica
 from . import placement
 from .buffers import RegisteredBuffers
 from .keeper import Keeper
+from .records import QueryTaskResponse
 from .replicate_config import ReplicateConfig
 from .segment_files import SegmentFiles
 from .setup_options import SetupOptions
 
 T = TypeVar("T")
+
+TaskId = tuple[int, int]
+"""A copy or move task's id: Mooncake's UUID as two 64-bit ints."""
 
 Row = list[tuple[int, int]]
 """A value's buffers: (address, size) each, in order."""
@@ -61,6 +65,8 @@ class StoreCore(Protocol):
 
     _lock: threading.RLock
     _open: OpenStore | None
+    _tasks: dict[TaskId, QueryTaskResponse]
+    """The copy and move tasks this store created (replicas.py)."""
 
     def _ask(self, keys: Sequence[str], call: Callable[[Index, list[str]], list[T]]
              ) -> tuple[list[str], list[T]] | int: ...

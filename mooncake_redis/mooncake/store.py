@@ -18,8 +18,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import re
-import socket
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -53,10 +53,12 @@ from .checks import (
 from .codes import FAILURES, ErrorCode, code_of
 from .keeper import INTERVAL_S, Keeper, mount
 from .probes import ProbeMethods
+from .records import QueryTaskResponse
+from .replicas import ReplicaMethods
 from .replicate_config import ReplicateConfig, SoftPinAction, check_config
 from .segment_files import SegmentFiles, remove_files
-from .setup_options import SetupOptions
-from .state import Found, OpenStore, Row
+from .setup_options import SetupOptions, hold_client_port
+from .state import Found, OpenStore, Row, TaskId
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +92,7 @@ CONSUMER + "-keeper"."""
 _HOST_PORT = re.compile(r".+:\d{1,5}")
 
 
-class MooncakeDistributedStore(ProbeMethods):
+class MooncakeDistributedStore(ProbeMethods, ReplicaMethods):
     """Mooncake's MooncakeDistributedStore: setup() first, close() at the end. Calls from
     several threads are served one at a time."""
 
@@ -98,6 +100,7 @@ class MooncakeDistributedStore(ProbeMethods):
         self._open: OpenStore | None = None
         self._finalizer: weakref.finalize | None = None
         self._lock = threading.RLock()
+        self._tasks: dict[TaskId, QueryTaskResponse] = {}
 
     # -- life ----------------------------------------------------------------------------
 
@@ -679,8 +682,10 @@ def _start(options: SetupOptions) -> OpenStore:
     try:
         hostname = options.local_hostname
         if not _HOST_PORT.fullmatch(hostname):
-            port_holder = socket.socket()
-            port_holder.bind(("", 0))  # held while the store lives: no other store here has it
+            try:
+                port_holder = hold_client_port(random.Random())
+            except OSError as error:
+                raise SetupError(ErrorCode.INTERNAL_ERROR, str(error)) from None
             hostname = f"{hostname}:{port_holder.getsockname()[1]}"
         try:
             check_name(hostname)
