@@ -179,6 +179,11 @@ def redis_server(workdir: Path) -> Iterator[str]:
         _stop(process)
 
 
+SHOW_OUTPUT = False
+KEYWORD: str | None = None
+"""--show: pytest's own output goes to stderr (to see why a test fails)."""
+
+
 def run_file(python: str, path: Path, env: dict[str, str], workdir: Path) -> dict[str, str]:
     """pytest on one file: each test's outcome by name (a file that does not finish in
     FILE_TIMEOUT_S counts as one error)."""
@@ -186,10 +191,14 @@ def run_file(python: str, path: Path, env: dict[str, str], workdir: Path) -> dic
     report.unlink(missing_ok=True)
     # options through the environment: some files read sys.argv as their own arguments
     options = f"-q -p no:cacheprovider --timeout={TEST_TIMEOUT_S} --junitxml={report}"
+    if KEYWORD:
+        options += f" -k '{KEYWORD}'"
     try:
         subprocess.run([python, "-m", "pytest", path.name], cwd=path.parent,
-                       env={**env, "PYTEST_ADDOPTS": options}, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                       env={**env, "PYTEST_ADDOPTS": options},
+                       stdout=sys.stderr if SHOW_OUTPUT else subprocess.DEVNULL,
+                       stderr=sys.stderr if SHOW_OUTPUT else subprocess.DEVNULL,
+                       stdin=subprocess.DEVNULL,
                        timeout=FILE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return {"(the file)": "error"}
@@ -206,7 +215,7 @@ def run_file(python: str, path: Path, env: dict[str, str], workdir: Path) -> dic
 
 def base_env() -> dict[str, str]:
     env = {**os.environ, **mooncake_peer.CLIENT_ENV, "MC_LOG_LEVEL": "ERROR",
-           "DEFAULT_KV_LEASE_TTL": str(LEASE_TTL_MS), "LOCAL_HOSTNAME": "127.0.0.1",
+           "DEFAULT_KV_LEASE_TTL": str(LEASE_TTL_MS),
            "PROTOCOL": "tcp", "DEVICE_NAME": "", "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("PYTHONPATH", None)
     return env
@@ -305,10 +314,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--side", choices=["both", "mooncake", "dropin"], default="both")
     parser.add_argument("--only", nargs="*", default=[],
                         help="run only the files whose path contains one of these")
+    parser.add_argument("--show", action="store_true",
+                        help="let pytest print its report (to stderr)")
+    parser.add_argument("-k", dest="keyword", help="pytest's -k: only the tests it selects")
     parser.add_argument("--save", type=Path, help="write both sides' results as JSON")
     parser.add_argument("--mooncake-results", type=Path,
                         help="read Mooncake's side from a --save file instead of running it")
     args = parser.parse_args(argv)
+    global SHOW_OUTPUT, KEYWORD
+    SHOW_OUTPUT, KEYWORD = args.show, args.keyword
     if not args.repo:
         parser.error("name a Mooncake repository: --repo PATH_OR_URL or $MOONCAKE_REPO")
     reason = mooncake_peer.available()

@@ -1,11 +1,14 @@
 """Caller memory given by address, as Mooncake's zero-copy calls take it: the buffers a
-store has registered (register_buffer), and views of their bytes.
+store has registered (register_buffer), views of their bytes, and the memory the store
+hands out (alloc_from_mem_pool).
 
-Mooncake's docs require every address passed to put_from / get_into and their batch and
-ranged forms to lie in registered memory. The drop-in holds to that: an address range
-outside every registered buffer is refused with INVALID_PARAMS before a byte is touched,
-so a wrong address cannot make it write over the process's memory (Mooncake's tcp
-transport happens to accept unregistered memory; RDMA does not).
+Mooncake's docs ask every address passed to put_from / get_into and their batch forms to
+lie in registered memory; its tcp transport takes any memory of the process, and code
+(its own tests among them) relies on that. The drop-in does as the tcp transport does,
+with one check the address allows: a range that starts in a registered buffer must end
+in it (a length past the buffer's end is refused with INVALID_PARAMS before a byte is
+touched). A ranged read (get_into_ranges) needs its buffer registered: the registered
+size is what its destination offsets are checked against.
 """
 
 from __future__ import annotations
@@ -70,6 +73,16 @@ class RegisteredBuffers:
         """Whether [address, address + size) lies in one registered buffer."""
         return size >= 0 and self.room_at(address) >= max(size, 1)
 
+    def allows(self, address: int, size: int) -> bool:
+        """Whether a zero-copy call may use [address, address + size): a non-null address,
+        and a range that no registered buffer holds only part of."""
+        if address <= 0 or size < 0:
+            return False
+        with self._lock:
+            end = address + size
+            return all(region.end <= address or region.address >= end or (
+                region.address <= address and end <= region.end) for region in self._regions)
+
     def clear(self) -> None:
         with self._lock:
             self._regions.clear()
@@ -77,7 +90,7 @@ class RegisteredBuffers:
 
 def view(address: int, size: int) -> memoryview:
     """A writable byte view of size bytes at address (which the caller checked with
-    RegisteredBuffers.holds)."""
+    RegisteredBuffers.allows)."""
     return memoryview((ctypes.c_char * size).from_address(address)).cast("B")
 
 
@@ -95,3 +108,26 @@ class BufferHandle(bytearray):
 
     def size(self) -> int:
         return len(self)
+
+
+class MemoryPool:
+    """Memory alloc_from_mem_pool hands out (a dummy client's pool): zeroed buffers of
+    this process, kept until the store closes; not registered until register_buffer."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[int, ctypes.Array[ctypes.c_char]] = {}
+        self._lock = threading.Lock()
+
+    def allocate(self, size: int) -> int:
+        """The address of a new buffer of size bytes (0 for none)."""
+        if size <= 0:
+            return 0
+        buffer = (ctypes.c_char * size)()
+        address = ctypes.addressof(buffer)
+        with self._lock:
+            self._buffers[address] = buffer
+        return address
+
+    def clear(self) -> None:
+        with self._lock:
+            self._buffers.clear()

@@ -18,7 +18,7 @@ from mooncake_redis.files.data_plane import FileDataPlane
 from ..index import Index
 from ..models import Replica
 from . import placement
-from .buffers import RegisteredBuffers
+from .buffers import MemoryPool, RegisteredBuffers
 from .keeper import Keeper
 from .records import QueryTaskResponse
 from .replicate_config import ReplicateConfig
@@ -49,6 +49,11 @@ class OpenStore:
     view: placement.SegmentView = field(default_factory=placement.SegmentView)
     buffers: RegisteredBuffers = field(default_factory=RegisteredBuffers)
     rng: random.Random = field(default_factory=random.Random)
+    mounted: dict[str, int] = field(default_factory=dict)
+    """Segments mounted on its segment since setup (mount_segment): id -> bytes."""
+    pool: MemoryPool = field(default_factory=MemoryPool)
+    dummy: bool = False
+    """Set up by setup_dummy: alloc_from_mem_pool hands out memory."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,8 @@ class StoreCore(Protocol):
     _open: OpenStore | None
     _tasks: dict[TaskId, QueryTaskResponse]
     """The copy and move tasks this store created (replicas.py)."""
+
+    def setup(self, *args: Any, **kwargs: Any) -> int: ...
 
     def _ask(self, keys: Sequence[str], call: Callable[[Index, list[str]], list[T]]
              ) -> tuple[list[str], list[T]] | int: ...

@@ -57,6 +57,7 @@ from .records import QueryTaskResponse
 from .replicas import ReplicaMethods
 from .replicate_config import ReplicateConfig, SoftPinAction, check_config
 from .segment_files import SegmentFiles, remove_files
+from .segments import SegmentMethods
 from .setup_options import SetupOptions, hold_client_port
 from .state import Found, OpenStore, Row, TaskId
 
@@ -92,7 +93,7 @@ CONSUMER + "-keeper"."""
 _HOST_PORT = re.compile(r".+:\d{1,5}")
 
 
-class MooncakeDistributedStore(ProbeMethods, ReplicaMethods):
+class MooncakeDistributedStore(ProbeMethods, ReplicaMethods, SegmentMethods):
     """Mooncake's MooncakeDistributedStore: setup() first, close() at the end. Calls from
     several threads are served one at a time."""
 
@@ -223,7 +224,8 @@ class MooncakeDistributedStore(ProbeMethods, ReplicaMethods):
 
     def put_from(self, key: str, buffer_ptr: int, size: int,
                  config: ReplicateConfig | None = None) -> int:
-        """put of size bytes at buffer_ptr (registered memory); a size of 0 returns 0 and
+        """put of size bytes at buffer_ptr (buffers.py: any memory of the process, as
+        Mooncake's tcp transport takes it); a size of 0 returns 0 and
         stores nothing, as Mooncake does."""
         return self._put_from_one(key, buffer_ptr, size, config, upsert=False)
 
@@ -307,15 +309,15 @@ class MooncakeDistributedStore(ProbeMethods, ReplicaMethods):
     def _put_rows(self, keys: list[str], rows: list[Row | None],
                   config: ReplicateConfig | None, upsert: bool) -> list[int]:
         """Each key's value from its row of (address, size) buffers, joined: a code per
-        key (INVALID_PARAMS for no buffer, an empty or unregistered one, or a row that
-        came with lists of different lengths)."""
+        key (INVALID_PARAMS for no buffer, an empty one, one buffers.allows refuses, or
+        a row that came with lists of different lengths)."""
         with self._lock:
             state = self._open
             if state is None or len(keys) != len(rows):
                 return [ErrorCode.INVALID_PARAMS] * len(keys)
             codes = [ErrorCode.INVALID_PARAMS] * len(keys)
             ready = [number for number, row in enumerate(rows)
-                     if row and all(size and state.buffers.holds(address, size)
+                     if row and all(size and state.buffers.allows(address, size)
                                     for address, size in row)]
             values = [_joined(rows[number]) for number in ready]  # type: ignore[arg-type]
             for number, code in zip(ready, self._write(state, [keys[n] for n in ready],
@@ -461,9 +463,9 @@ class MooncakeDistributedStore(ProbeMethods, ReplicaMethods):
             return handles
 
     def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
-        """Read the value into registered memory at buffer_ptr (size bytes there): the
-        bytes read, or Mooncake's code (INVALID_PARAMS if the value is bigger than size
-        or the memory is not registered)."""
+        """Read the value into memory at buffer_ptr (size bytes there; buffers.py): the
+        bytes read, or Mooncake's code (INVALID_PARAMS if the value is bigger than size,
+        or the range runs past a registered buffer's end)."""
         return self.batch_get_into([check_key(key)], [buffer_ptr], [size])[0]
 
     def batch_get_into(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
@@ -473,8 +475,8 @@ class MooncakeDistributedStore(ProbeMethods, ReplicaMethods):
 
     def _get_rows(self, keys: list[str], rows: list[Row | None], exact: bool) -> list[int]:
         """Each key's value into its row of (address, size) buffers, in order: the bytes
-        read, or a code: INVALID_PARAMS for unregistered memory or less room than the
-        value; with exact, TRANSFER_FAIL for more room than the value or a row whose lists
+        read, or a code: INVALID_PARAMS for memory buffers.allows refuses or less room
+        than the value; with exact, TRANSFER_FAIL for more room than the value or a row whose lists
         differed in length (Mooncake's multi-buffer answers)."""
         with self._lock:
             state = self._open
@@ -485,7 +487,7 @@ class MooncakeDistributedStore(ProbeMethods, ReplicaMethods):
             for key, row in zip(keys, rows):
                 item = found[key]
                 room = sum(size for _, size in row or ())
-                if row is not None and not all(state.buffers.holds(address, size)
+                if row is not None and not all(state.buffers.allows(address, size)
                                                for address, size in row):
                     results.append(ErrorCode.INVALID_PARAMS)
                 elif item.code:
@@ -695,13 +697,16 @@ def _start(options: SetupOptions) -> OpenStore:
         view_ = placement.SegmentView()
         plane: FileDataPlane | None = None
         keeper: Keeper | None = None
+        mounted: dict[str, int] = {}
         if options.global_segment_size:
             plane = _mount(index, files, hostname, options.global_segment_size)
             store = plane.store
             keeper = Keeper(lambda: _keeper_plane(url, namespace, store),
-                            options.global_segment_size, view_, INTERVAL_S)
+                            lambda: options.global_segment_size + sum(mounted.values()),
+                            view_, INTERVAL_S)
         view_.refresh(index)
-        state = OpenStore(options, index, files, hostname, port_holder, plane, keeper, view_)
+        state = OpenStore(options, index, files, hostname, port_holder, plane, keeper, view_,
+                          mounted=mounted)
         if keeper is not None:
             keeper.start()
         return state
@@ -726,6 +731,7 @@ def _shutdown(state: OpenStore) -> None:
             state.files.forget(segment)
     finally:
         state.buffers.clear()
+        state.pool.clear()
         if state.port_holder is not None:
             state.port_holder.close()
         state.index.close()
