@@ -52,12 +52,17 @@ LEASE_TTL_MS = 5000  # the tests' DEFAULT_DEFAULT_KV_LEASE_TTL
 FILE_TIMEOUT_S = 1800
 TEST_TIMEOUT_S = 300
 DEFAULT_RPC_PORT, DEFAULT_HTTP_PORT = 50051, 8080
+REAL_CLIENT_PORT = 50052  # where the tests' setup_dummy looks for mooncake_client
 OUTCOMES = ("passed", "failed", "error", "skipped")
 
 SHIM_INIT = '''"""mooncake, with its store module replaced by mooncake-redis's drop-in: every other
-module is the real package's (its directory is appended to this package's path)."""
+module is the real package's (its directory is on this package's path, and its
+__init__.py runs here as it would there)."""
 import os
 __path__.append(os.environ["MOONCAKE_REAL_PACKAGE"])
+_real_init = os.path.join(os.environ["MOONCAKE_REAL_PACKAGE"], "__init__.py")
+with open(_real_init) as _source:
+    exec(compile(_source.read(), _real_init, "exec"))
 '''
 SHIM_STORE = "from mooncake_redis.mooncake import *  # noqa: F403\n"
 
@@ -154,12 +159,26 @@ def master(package: Path, workdir: Path) -> Iterator[dict[str, str]]:
     with (workdir / "master.log").open("ab") as log:
         process = subprocess.Popen(command, cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL)
+    client = None
     try:
         _wait_listening(process, [rpc, http, metrics], "mooncake_master")
         metadata = f"http://127.0.0.1:{http}/metadata"
-        yield {"MASTER_SERVER": f"127.0.0.1:{rpc}", "MC_METADATA_SERVER": metadata,
-               "METADATA_ADDR": metadata}
+        # the real client process the dummy-client tests (setup_dummy) connect to
+        with (workdir / "client.log").open("ab") as log:
+            client = subprocess.Popen(
+                [str(package / "mooncake_client"), "--host=127.0.0.1",
+                 f"--port={REAL_CLIENT_PORT}", f"--master_server_address=127.0.0.1:{rpc}",
+                 f"--metadata_server={metadata}", "--global_segment_size=512MB"],
+                cwd=workdir, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            _wait_listening(client, [REAL_CLIENT_PORT], "mooncake_client")
+        except RuntimeError as error:
+            print(f"  (no real client for the dummy-client tests: {error})", file=sys.stderr)
+        yield {"MASTER_SERVER": f"127.0.0.1:{rpc}", "MOONCAKE_MASTER": f"127.0.0.1:{rpc}",
+               "MC_METADATA_SERVER": metadata, "METADATA_ADDR": metadata}
     finally:
+        if client is not None:
+            _stop(client)
         _stop(process)
 
 
@@ -252,6 +271,7 @@ def dropin_side(files: dict[str, Path], package: Path, url: str | None
                        "MOONCAKE_REDIS_DATA_DIR": str(data),
                        "MOONCAKE_REDIS_LEASE_TTL_MS": str(LEASE_TTL_MS),
                        "MASTER_SERVER": "127.0.0.1:50051",
+                       "MOONCAKE_MASTER": "127.0.0.1:50051",
                        "MC_METADATA_SERVER": "P2PHANDSHAKE", "METADATA_ADDR": "P2PHANDSHAKE"}
                 results[name] = run_file(sys.executable, path, env, workdir)
                 shutil.rmtree(data, ignore_errors=True)

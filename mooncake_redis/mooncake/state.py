@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from mooncake_redis.files.byte_store import FileByteStore
 from mooncake_redis.files.data_plane import FileDataPlane
 
 from ..index import Index
@@ -72,6 +73,10 @@ class StoreCore(Protocol):
     _open: OpenStore | None
     _tasks: dict[TaskId, QueryTaskResponse]
     """The copy and move tasks this store created (replicas.py)."""
+    _put_sessions: dict[str, list[Replica]]
+    """Objects reserved by batch_put_session_start: their replica files (sessions.py)."""
+    _get_sessions: dict[str, Found]
+    """Keys looked up by batch_get_session_start (sessions.py)."""
 
     def setup(self, *args: Any, **kwargs: Any) -> int: ...
 
@@ -79,6 +84,9 @@ class StoreCore(Protocol):
              ) -> tuple[list[str], list[T]] | int: ...
 
     def _find(self, keys: Sequence[str]) -> dict[str, Found]: ...
+
+    def _place(self, state: OpenStore, items: list[tuple[str, int]],
+               config: ReplicateConfig) -> dict[str, list[FileByteStore]]: ...
 
     def _read(self, item: Found, staged: bool) -> bytes | None: ...
 

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from mooncake_redis.files.byte_store import MAX_QUOTED_KEY, FileByteStore
-from mooncake_redis.files.data_plane import FileDataPlane, Page, room_for, write_pages
+from mooncake_redis.files.data_plane import FileDataPlane, Page, room_for_bytes, write_pages
 
 from ..errors import (
     InvalidArgument,
@@ -37,6 +37,7 @@ from ..errors import (
     SetupError,
 )
 from ..index import Index
+from ..models import Replica
 from ..segment_registry import check_name
 from ..settings import ENV_PREFIX, Settings
 from . import placement
@@ -58,6 +59,7 @@ from .replicas import ReplicaMethods
 from .replicate_config import ReplicateConfig, SoftPinAction, check_config
 from .segment_files import SegmentFiles, remove_files
 from .segments import SegmentMethods
+from .sessions import SessionMethods
 from .setup_options import SetupOptions, hold_client_port
 from .state import Found, OpenStore, Row, TaskId
 
@@ -93,7 +95,8 @@ CONSUMER + "-keeper"."""
 _HOST_PORT = re.compile(r".+:\d{1,5}")
 
 
-class MooncakeDistributedStore(ProbeMethods, ReplicaMethods, SegmentMethods):
+class MooncakeDistributedStore(ProbeMethods, ReplicaMethods, SegmentMethods,
+                               SessionMethods):
     """Mooncake's MooncakeDistributedStore: setup() first, close() at the end. Calls from
     several threads are served one at a time."""
 
@@ -102,6 +105,8 @@ class MooncakeDistributedStore(ProbeMethods, ReplicaMethods, SegmentMethods):
         self._finalizer: weakref.finalize | None = None
         self._lock = threading.RLock()
         self._tasks: dict[TaskId, QueryTaskResponse] = {}
+        self._put_sessions: dict[str, list[Replica]] = {}
+        self._get_sessions: dict[str, Found] = {}
 
     # -- life ----------------------------------------------------------------------------
 
@@ -157,6 +162,8 @@ class MooncakeDistributedStore(ProbeMethods, ReplicaMethods, SegmentMethods):
             self._finalizer.detach()
             self._finalizer = None
         assert state is not None
+        self._put_sessions.clear()  # unfinished objects: released after the timeout
+        self._get_sessions.clear()
         _shutdown(state)
 
     def health_check(self) -> int:
@@ -352,7 +359,7 @@ class MooncakeDistributedStore(ProbeMethods, ReplicaMethods, SegmentMethods):
     def _write_unique(self, state: OpenStore, items: list[tuple[str, memoryview]],
                       config: ReplicateConfig, upsert: bool) -> list[int]:
         codes = dict.fromkeys((key for key, _ in items), 0)
-        placed = self._place(state, items, config)
+        placed = self._place(state, [(key, len(data)) for key, data in items], config)
         pages = [Page(key, data, config.parent_block_hash) for key, data in items
                  if placed[key]]
         for key, _ in items:
@@ -384,7 +391,7 @@ class MooncakeDistributedStore(ProbeMethods, ReplicaMethods, SegmentMethods):
                     break
         return [codes[key] for key, _ in items]
 
-    def _place(self, state: OpenStore, items: list[tuple[str, memoryview]],
+    def _place(self, state: OpenStore, items: list[tuple[str, int]],
                config: ReplicateConfig) -> dict[str, list[FileByteStore]]:
         """Each item's replica stores (placement.choose); [] for one that fits nowhere,
         after a fresh look at the segments and, failing that, an eviction job. The view
@@ -393,9 +400,9 @@ class MooncakeDistributedStore(ProbeMethods, ReplicaMethods, SegmentMethods):
         preferred = config.segments()
         placed: dict[str, list[FileByteStore]] = {}
         refreshed = evicted = False
-        for key, data in items:
+        for key, size in items:
             while True:
-                stores = self._stores_for(state, len(data), preferred, config.replica_num)
+                stores = self._stores_for(state, size, preferred, config.replica_num)
                 if len(stores) < config.replica_num and stores and not refreshed:
                     refreshed = True  # fewer than asked: a segment may have mounted since
                     state.view.refresh(state.index)
@@ -404,9 +411,9 @@ class MooncakeDistributedStore(ProbeMethods, ReplicaMethods, SegmentMethods):
                     break
                 if refreshed:
                     evicted = True
-                    if not state.view.could_hold(len(data)):
+                    if not state.view.could_hold(size):
                         break  # bigger than every segment: nothing to evict for
-                    self._evictor(state)(room_for(state.index, [Page(key, data)]))
+                    self._evictor(state)(room_for_bytes(state.index, size))
                 refreshed = True
                 state.view.refresh(state.index)
             placed[key] = stores
