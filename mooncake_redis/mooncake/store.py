@@ -62,6 +62,7 @@ from .segments import SegmentMethods
 from .sessions import SessionMethods
 from .setup_options import SetupOptions, hold_client_port
 from .state import Found, OpenStore, Row, TaskId
+from .tensors import TensorMethods
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ _HOST_PORT = re.compile(r".+:\d{1,5}")
 
 
 class MooncakeDistributedStore(ProbeMethods, ReplicaMethods, SegmentMethods,
-                               SessionMethods):
+                               SessionMethods, TensorMethods):
     """Mooncake's MooncakeDistributedStore: setup() first, close() at the end. Calls from
     several threads are served one at a time."""
 
