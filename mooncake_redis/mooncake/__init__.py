@@ -37,6 +37,9 @@ from .records import (
 )
 from .replicate_config import ReplicateConfig, SoftPinAction
 from .store import MooncakeDistributedStore
+from .tensor_format import deserialize_tensor as _deserialize_tensor
+from .tensor_format import serialize_tensor as _serialize_tensor
+from .tensor_format import tensor_metadata_size as _tensor_metadata_size
 
 globals().update(module_constants())  # UNKNOWN, KVCACHE, ..., COMPLETE, ..., SUCCESS
 
@@ -45,5 +48,6 @@ __all__ = ["BufferHandle", "BufferLease", "BufferLeaseView", "BufferPool", "Desc
            "MooncakeDistributedStore", "MooncakeHostMemAllocator", "ObjectDataType",
            "QueryTaskResponse", "RegisteredBufferLease", "RegisteredBufferLeaseView",
            "RegisteredBufferPool", "ReplicaDescriptor", "ReplicaStatus", "ReplicateConfig",
-           "SoftPinAction", "TaskStatus", "TaskType", "bind_to_numa_node",
+           "SoftPinAction", "TaskStatus", "TaskType", "_deserialize_tensor",
+           "_serialize_tensor", "_tensor_metadata_size", "bind_to_numa_node",
            *module_constants()]

@@ -195,3 +195,31 @@ def tensor_of(value: bytes | bytearray | memoryview) -> Any:
     owned = bytearray(value)
     metadata = parse(owned)
     return None if metadata is None else to_tensor(owned, metadata)
+
+
+# -- mooncake.store's module helpers ------------------------------------------------------
+
+
+def serialize_tensor(tensor: Any) -> tuple[bytes, int, int, Any]:
+    """mooncake.store._serialize_tensor: (the header, the address of the tensor's bytes,
+    their size, the contiguous CPU tensor that owns them); ValueError for a value that
+    cannot be stored."""
+    described = describe(tensor) if is_tensor(tensor) else None
+    if described is None:
+        raise ValueError("unsupported tensor for Mooncake tensor serialization")
+    metadata, data = described
+    return metadata.pack(), int(data.data_ptr()), metadata.data_bytes, data
+
+
+def deserialize_tensor(payload: bytes) -> Any:
+    """mooncake.store._deserialize_tensor: the tensor a tensor object's bytes hold;
+    ValueError if they are not one."""
+    tensor = tensor_of(payload)
+    if tensor is None:
+        raise ValueError("invalid serialized Mooncake tensor payload")
+    return tensor
+
+
+def tensor_metadata_size() -> int:
+    """mooncake.store._tensor_metadata_size: the header's size."""
+    return METADATA_SIZE
