@@ -121,17 +121,17 @@ class ReplicaMethods:
         state = self._open
         if state is None:
             return (0, 0), ErrorCode.INVALID_PARAMS
-        mounted = {name for name, segment in state.view.refresh(state.index).segments.items()
-                   if segment.mounted}
-        if not targets or any(name not in mounted for name in targets) or (
-                source is not None and (source not in mounted or source == targets[0])):
-            return (0, 0), ErrorCode.INVALID_PARAMS
-        try:
+        try:  # the object first, then the segments: Mooncake's order of answers
             info = state.index.object_info(key)
+            mounted = {name for name, segment in
+                       state.view.refresh(state.index).segments.items() if segment.mounted}
         except FAILURES as error:
             return (0, 0), code_of(error)
         if info is None or info.state != "complete":
             return (0, 0), ErrorCode.OBJECT_NOT_FOUND
+        if not targets or any(name not in mounted for name in targets) or (
+                source is not None and (source not in mounted or source == targets[0])):
+            return (0, 0), ErrorCode.INVALID_PARAMS
         now = int(time.time() * 1000)
         task = QueryTaskResponse(_new_task_id(), kind, TaskStatus.PROCESSING, now, now,
                                  _new_task_id())
