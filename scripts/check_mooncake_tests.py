@@ -371,8 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(files)} test files of {args.repo} at {args.ref}; Mooncake "
               f"{mooncake_peer.version()}", file=sys.stderr)
         theirs = saved.get("mooncake", {})
-        if args.side in ("both", "mooncake") and not theirs:
-            theirs = mooncake_side(files, python, package)
+        if args.side in ("both", "mooncake") and (not theirs or args.only):
+            theirs = {**theirs, **mooncake_side(files, python, package)}  # --only: rerun
         ours = dropin_side(files, package, args.url) if args.side != "mooncake" else {}
     if args.save:
         args.save.write_text(json.dumps({"mooncake": theirs, "dropin": ours}, indent=1))

@@ -51,15 +51,15 @@ A, B, C = "aa" * 32, "bb" * 32, "cc" * 32
 Opener = Callable[..., MooncakeDistributedStore]
 
 
-@pytest.fixture(params=["redis", "fakeredis"])
-def url(request: pytest.FixtureRequest) -> str:
+@pytest.fixture(params=["redis", "fakeredis"], name="url")
+def url_fixture(request: pytest.FixtureRequest) -> str:
     if request.param == "fakeredis":
         return f"memory://dropin-{next(_memory)}"
     return str(request.getfixturevalue("redis_url"))
 
 
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
+@pytest.fixture(name="data_dir")
+def data_dir_fixture(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
@@ -69,8 +69,8 @@ def config_for(url: str, data_dir: Path, **extra: Any) -> dict[str, Any]:
             "global_segment_size": SEGMENT, **extra}
 
 
-@pytest.fixture
-def open_store(url: str, data_dir: Path) -> Iterator[Opener]:
+@pytest.fixture(name="open_store")
+def open_store_fixture(url: str, data_dir: Path) -> Iterator[Opener]:
     made: list[MooncakeDistributedStore] = []
 
     def factory(**extra: Any) -> MooncakeDistributedStore:
@@ -84,13 +84,13 @@ def open_store(url: str, data_dir: Path) -> Iterator[Opener]:
         assert store.close() == 0
 
 
-@pytest.fixture
-def store(open_store: Opener) -> MooncakeDistributedStore:
+@pytest.fixture(name="store")
+def store_fixture(open_store: Opener) -> MooncakeDistributedStore:
     return open_store()
 
 
-@pytest.fixture
-def index(url: str, store: MooncakeDistributedStore) -> Index:
+@pytest.fixture(name="index")
+def index_fixture(url: str, store: MooncakeDistributedStore) -> Index:
     """The namespace as any other client sees it (after the store created it)."""
     return Index.from_url(url, NAMESPACE)
 

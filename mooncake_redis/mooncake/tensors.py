@@ -164,8 +164,8 @@ class TensorMethods:
     def get_tensor_into(self: StoreCore, key: str, buffer_ptr: int, size: int) -> Any:
         """Read the tensor object into memory at buffer_ptr: a tensor over that memory,
         or None."""
-        return TensorMethods.batch_get_tensor_into(self, [check_key(key)], [buffer_ptr],
-                                                   [size])[0]
+        got = TensorMethods.batch_get_tensor_into(self, [check_key(key)], [buffer_ptr], [size])
+        return None if isinstance(got[0], int) else got[0]
 
     def batch_get_tensor_into(self: StoreCore, keys: Sequence[str],
                               buffer_ptrs: Sequence[int], sizes: Sequence[int]) -> list[Any]:
