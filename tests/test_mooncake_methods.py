@@ -244,7 +244,7 @@ def test_segment_calls_change_the_stores_segment(store: MooncakeDistributedStore
     assert store.unmount_and_free_segment(allocated["segment_ids"]) == 0
     assert capacity() == base
     assert store.unmount_segment(["nosuch"]) == -1 and store.unmount_segment([]) == 0
-    assert store.unmount_local_disk_segment(5) == 0
+    assert store.unmount_local_disk_segment(5) == 0 and store.get_offload_rpc_read_count() == 0
     assert store.alloc_from_mem_pool(1024) == 0  # not a dummy client
 
 

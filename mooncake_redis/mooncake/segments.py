@@ -100,6 +100,11 @@ class SegmentMethods:
         uint64(grace_period_seconds, "grace_period_seconds")
         return 0
 
+    def get_offload_rpc_read_count(self: StoreCore) -> int:
+        """How many reads went to SSD-offloaded data over Mooncake's offload RPC: 0, there
+        is no SSD offload here (every replica is a segment's file)."""
+        return 0
+
     def setup_dummy(self: StoreCore, mem_pool_size: int, local_buffer_size: int,
                     server_address: str) -> int:
         """Mooncake's dummy client shares a real client's memory (server_address, a
