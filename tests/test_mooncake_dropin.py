@@ -462,12 +462,15 @@ def test_registered_buffers_and_zero_copy_puts_and_gets(store: MooncakeDistribut
     assert store.get_into("pf", elsewhere, 64) == 10 and bytes(other[:10]) == b"0123456789"
     assert store.put_from("past", address + 4090, 10) == INVALID_PARAMS
     assert store.put_from("null", 0, 10) == INVALID_PARAMS
+    assert store.put_from("unmapped", 4096, 10) == INVALID_PARAMS  # a crash on Mooncake
+    assert store.get_into("pf", 4096, 64) == INVALID_PARAMS
     assert store.unregister_buffer(address) == 0
     assert store.unregister_buffer(address) == INVALID_PARAMS
     assert store.get_into("pf", address + 100, 64) == 10  # no registered buffer now
     info = index.object_info("u")
     assert info is not None and info.size == 10
     assert index.object_info("past") is None and index.object_info("null") is None
+    assert index.object_info("unmapped") is None
 
 
 def test_multi_buffer_puts_and_gets_join_and_spread_a_value(store: MooncakeDistributedStore

@@ -102,7 +102,7 @@ class SessionMethods:
             for key, key_ranges in zip(keys, ranges):
                 replicas = self._put_sessions.get(key)
                 if state is None or replicas is None or key_ranges is None or not all(
-                        state.buffers.allows(address, size) and offset + size <=
+                        state.buffers.allows(address, size, False) and offset + size <=
                         replicas[0].size for address, size, offset in key_ranges):
                     results.append(ErrorCode.INVALID_PARAMS)
                     continue
@@ -145,7 +145,7 @@ class SessionMethods:
             for key, key_ranges in zip(keys, ranges):
                 item = self._get_sessions.get(key)
                 if state is None or item is None or key_ranges is None or not all(
-                        state.buffers.allows(address, size) and offset + size <= item.size
+                        state.buffers.allows(address, size, True) and offset + size <= item.size
                         for address, size, offset in key_ranges):
                     results.append(ErrorCode.INVALID_PARAMS)
                     continue

@@ -325,7 +325,7 @@ class MooncakeDistributedStore(ProbeMethods, ReplicaMethods, SegmentMethods,
                 return [ErrorCode.INVALID_PARAMS] * len(keys)
             codes = [ErrorCode.INVALID_PARAMS] * len(keys)
             ready = [number for number, row in enumerate(rows)
-                     if row and all(size and state.buffers.allows(address, size)
+                     if row and all(size and state.buffers.allows(address, size, False)
                                     for address, size in row)]
             values = [_joined(rows[number]) for number in ready]  # type: ignore[arg-type]
             for number, code in zip(ready, self._write(state, [keys[n] for n in ready],
@@ -495,7 +495,7 @@ class MooncakeDistributedStore(ProbeMethods, ReplicaMethods, SegmentMethods,
             for key, row in zip(keys, rows):
                 item = found[key]
                 room = sum(size for _, size in row or ())
-                if row is not None and not all(state.buffers.allows(address, size)
+                if row is not None and not all(state.buffers.allows(address, size, True)
                                                for address, size in row):
                     results.append(ErrorCode.INVALID_PARAMS)
                 elif item.code:

@@ -140,8 +140,8 @@ class TensorMethods:
         rows = _pointer_rows(keys, buffer_ptrs, sizes)
         if rows is None:
             return [ErrorCode.INVALID_PARAMS] * len(keys)
-        tensors = [fmt.tensor_at(address, size) if address and size >= fmt.METADATA_SIZE
-                   else None for address, size in rows]
+        tensors = [fmt.tensor_at(address, size) if _readable(self, address, size) else None
+                   for address, size in rows]
         return TensorMethods._write_tp(self, keys, tensors, None, tp_size, split_dim)
 
     # -- reading -------------------------------------------------------------------------
@@ -314,7 +314,7 @@ class TensorMethods:
             return [ErrorCode.INVALID_PARAMS] * len(keys)
         objects = []
         for address, size in rows:
-            memory = view(address, size) if address and size >= fmt.METADATA_SIZE else None
+            memory = view(address, size) if _readable(self, address, size) else None
             objects.append(memory if memory is not None and fmt.parse(memory) else None)
         return TensorMethods._write_objects(self, keys, objects, None, upsert)
 
@@ -333,6 +333,13 @@ class TensorMethods:
             for number, code in zip(ready, written):
                 codes[number] = code
             return codes
+
+
+def _readable(store: StoreCore, address: int, size: int) -> bool:
+    """Whether a tensor object may be read at address (buffers.py's rule)."""
+    state = store._open
+    return state is not None and size >= fmt.METADATA_SIZE and \
+        state.buffers.allows(address, size, False)
 
 
 def _pointer_rows(keys: list[str], buffer_ptrs: Sequence[int], sizes: Sequence[int]
