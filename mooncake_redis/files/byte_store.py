@@ -102,11 +102,13 @@ class FileByteStore:
         if offset < 0 or offset + len(data) > replica.size:
             return False
         try:
-            with open(self.path(replica.location), "r+b", buffering=0) as target:
-                target.seek(offset)
-                return target.write(data) == len(data)
+            descriptor = os.open(self.path(replica.location), os.O_WRONLY)
         except FileNotFoundError:
             return False
+        try:
+            return os.pwrite(descriptor, data, offset) == len(data)
+        finally:
+            os.close(descriptor)
 
     def read(self, replica: Replica) -> bytes | None:
         """The replica's bytes; None if its file is gone (freed meanwhile) or not whole."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 UINT64_END = 1 << 64
 
@@ -61,6 +61,18 @@ def optional_text_lists(value: Any, what: str = "value") -> list[list[str]] | No
         raise TypeError(f"{what} must be a list of lists of str, got "
                         f"{type(value).__name__}")
     return [texts(item, what) for item in value]
+
+
+T = TypeVar("T")
+
+
+def instance_or_default(value: Any, kind: type[T], what: str) -> T:
+    """An argument of a pybind class type: None is a default-made one."""
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise TypeError(f"{what} must be a {kind.__name__}, got {type(value).__name__}")
+    return value
 
 
 # -- method arguments --------------------------------------------------------------------

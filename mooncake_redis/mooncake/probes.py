@@ -15,10 +15,9 @@ Here the probe and the lease are two round trips: a key evicted in between loses
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from ..index import Index
-from .checks import check_keys, uint64
+from .checks import check_keys, instance_or_default, uint64
 from .codes import ErrorCode
 from .records import ExistOptions
 from .state import StoreCore
@@ -33,14 +32,6 @@ def leased_group(results: Sequence[int], candidate_size: int) -> range:
         if all(result == 1 for result in results[start:start + candidate_size]):
             return range(start, start + candidate_size)
     return range(0)
-
-
-def _check_options(options: Any) -> ExistOptions:
-    if options is None:
-        return ExistOptions()
-    if not isinstance(options, ExistOptions):
-        raise TypeError(f"options must be an ExistOptions, got {type(options).__name__}")
-    return options
 
 
 class ProbeMethods:
@@ -83,7 +74,7 @@ class ProbeMethods:
 
     def _exist(self: StoreCore, keys: list[str], options: ExistOptions | None,
                lease: bool | None) -> list[int]:
-        _check_options(options)
+        instance_or_default(options, ExistOptions, "options")
         with self._lock:
             asked = self._ask(keys, lambda index, valid: Index.batch_is_exist(
                 index, valid, lease))

@@ -16,6 +16,7 @@ from typing import Any
 
 from .checks import (
     boolean,
+    instance_or_default,
     optional_text_lists,
     optional_texts,
     optional_uint64,
@@ -172,8 +173,4 @@ class ReplicateConfig:
 
 
 def check_config(config: Any) -> ReplicateConfig:
-    if config is None:
-        return ReplicateConfig()
-    if not isinstance(config, ReplicateConfig):
-        raise TypeError(f"config must be a ReplicateConfig, got {type(config).__name__}")
-    return config
+    return instance_or_default(config, ReplicateConfig, "config")

@@ -101,12 +101,11 @@ class SessionMethods:
             results = []
             for key, key_ranges in zip(keys, ranges):
                 replicas = self._put_sessions.get(key)
-                if state is None or replicas is None or key_ranges is None or not all(
-                        state.buffers.allows(address, size, False) and offset + size <=
-                        replicas[0].size for address, size, offset in key_ranges):
+                if replicas is None or not _usable(state, key_ranges, replicas[0].size, False):
                     results.append(ErrorCode.INVALID_PARAMS)
-                    continue
-                results.append(_write_ranges(state, replicas, key_ranges))
+                else:
+                    assert state is not None and key_ranges is not None
+                    results.append(_write_ranges(state, replicas, key_ranges))
             return results
 
     def batch_put_session_end(self: StoreCore, keys: Sequence[str]) -> list[int]:
@@ -140,17 +139,12 @@ class SessionMethods:
         keys = check_keys(keys)
         ranges = _ranges(keys, all_buffer_ptrs, all_sizes, all_src_offsets)
         with self._lock:
-            state = self._open
-            results = []
-            for key, key_ranges in zip(keys, ranges):
-                item = self._get_sessions.get(key)
-                if state is None or item is None or key_ranges is None or not all(
-                        state.buffers.allows(address, size, True) and offset + size <= item.size
-                        for address, size, offset in key_ranges):
-                    results.append(ErrorCode.INVALID_PARAMS)
-                    continue
-                results.append(_read_ranges(self, item, key_ranges))
-            return results
+            found = [(self._get_sessions.get(key), key_ranges)
+                     for key, key_ranges in zip(keys, ranges)]
+            return [_read_ranges(self, item, key_ranges)
+                    if item is not None and key_ranges is not None and
+                    _usable(self._open, key_ranges, item.size, True)
+                    else ErrorCode.INVALID_PARAMS for item, key_ranges in found]
 
     def batch_get_session_end(self: StoreCore, keys: Sequence[str]) -> int:
         """Forget the keys' replicas: 0."""
@@ -191,6 +185,15 @@ class SessionMethods:
                 answers[result.key] = 0 if result.ok else code_of(result.error) \
                     if result.error else -1
             return [answers.pop(key, ErrorCode.INVALID_PARAMS) for key in keys]
+
+
+def _usable(state: OpenStore | None, ranges: Ranges | None, size: int, writable: bool
+            ) -> bool:
+    """Whether a ranged call may move these ranges of an object of size bytes: each
+    within the object, its memory one buffers.py allows."""
+    return state is not None and ranges is not None and all(
+        offset + length <= size and state.buffers.allows(address, length, writable)
+        for address, length, offset in ranges)
 
 
 def _write_ranges(state: OpenStore, replicas: list[Replica], ranges: Ranges) -> int:

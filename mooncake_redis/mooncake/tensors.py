@@ -40,21 +40,19 @@ class TensorMethods:
     # -- writing -------------------------------------------------------------------------
 
     def put_tensor(self: StoreCore, key: str, tensor: Any) -> int:
-        return TensorMethods._write_tensors(self, [check_key(key)], [tensor], None, False)[0]
+        return TensorMethods._one(self, key, tensor, None, upsert=False)
 
     def pub_tensor(self: StoreCore, key: str, tensor: Any,
                    config: ReplicateConfig | None = None) -> int:
         """put_tensor with a ReplicateConfig."""
-        return TensorMethods._write_tensors(self, [check_key(key)], [tensor],
-                                            check_config(config), False)[0]
+        return TensorMethods._one(self, key, tensor, check_config(config), upsert=False)
 
     def upsert_tensor(self: StoreCore, key: str, tensor: Any) -> int:
-        return TensorMethods._write_tensors(self, [check_key(key)], [tensor], None, True)[0]
+        return TensorMethods._one(self, key, tensor, None, upsert=True)
 
     def upsert_pub_tensor(self: StoreCore, key: str, tensor: Any,
                           config: ReplicateConfig | None = None) -> int:
-        return TensorMethods._write_tensors(self, [check_key(key)], [tensor],
-                                            check_config(config), True)[0]
+        return TensorMethods._one(self, key, tensor, check_config(config), upsert=True)
 
     def batch_put_tensor(self: StoreCore, keys: Sequence[str], tensors_list: Sequence[Any]
                          ) -> list[int]:
@@ -269,6 +267,11 @@ class TensorMethods:
         return tensor if TensorMethods.put_tensor(self, target, tensor) == 0 else None
 
     # -- shared ----------------------------------------------------------------------------
+
+    def _one(self: StoreCore, key: str, tensor: Any, config: ReplicateConfig | None,
+             upsert: bool) -> int:
+        return TensorMethods._write_tensors(self, [check_key(key)], [tensor], config,
+                                            upsert)[0]
 
     def _write_tensors(self: StoreCore, keys: list[str], tensors: Sequence[Any],
                        config: ReplicateConfig | None, upsert: bool) -> list[int]:
