@@ -45,7 +45,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = "mooncake-transfer-engine-non-cuda"
+PACKAGE = os.environ.get("MOONCAKE_PEER_PACKAGE", "mooncake-transfer-engine-non-cuda")
+"""The peer's PyPI package (install_mooncake_peer.sh's MOONCAKE_PEER_PACKAGE: 0.3.14 exists
+only as mooncake-transfer-engine-cuda13)."""
 PEER_PYTHON_ENV = "MOONCAKE_PEER_PYTHON"
 PEER_VENV_ENV = "MOONCAKE_PEER_VENV"
 DEFAULT_VENV = ROOT / ".venv-peer"
@@ -80,7 +82,7 @@ def _package_dir() -> Path | None:
     spec = importlib.util.find_spec("mooncake")
     for location in (spec.submodule_search_locations or []) if spec else []:
         path = Path(location)
-        if any(path.glob("store*.so")):
+        if any(path.glob("*store*.so")):  # store.so; 0.3.14: _store.cpython-*.so
             return path
     return None
 

@@ -353,13 +353,14 @@ class Index:
                 Result(r.key, value=list(r.value.replicas) if r.value else [])
                 for r in self.batch_get(keys)]
 
-    def is_exist(self, key: str) -> bool:
-        """Whether a complete object is stored. Grants no lease unless probe_extends_lease."""
-        return self.batch_is_exist([key])[0]
+    def is_exist(self, key: str, lease: bool | None = None) -> bool:
+        """Whether a complete object is stored. Grants no lease unless probe_extends_lease
+        (lease=True grants one, lease=False none, whatever the setting)."""
+        return self.batch_is_exist([key], lease)[0]
 
-    def batch_is_exist(self, keys: Sequence[str]) -> list[bool]:
+    def batch_is_exist(self, keys: Sequence[str], lease: bool | None = None) -> list[bool]:
         targets = self._targets(keys, unique=False)
-        if self.settings.probe_extends_lease:
+        if self.settings.probe_extends_lease if lease is None else check_flag(lease, "lease"):
             return [r.ok and r.value is not None for r in objects.get(self.ctx, targets, True)]
         return objects.exist(self.ctx, targets)
 

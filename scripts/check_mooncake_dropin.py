@@ -5,6 +5,13 @@ and size strings, bad input.
     ./scripts/install_mooncake_peer.sh            # the real client + mooncake_master
     .venv/bin/python scripts/check_mooncake_dropin.py [--url redis://...]
 
+Against Mooncake 0.3.14 (probe_key, ExistOptions, ReplicateConfig's new fields):
+    MOONCAKE_PEER_PACKAGE=mooncake-transfer-engine-cuda13 MOONCAKE_PEER_VERSION=0.3.14 \
+        MOONCAKE_PEER_VENV=.venv-peer-0.3.14 ./scripts/install_mooncake_peer.sh
+    MOONCAKE_PEER_PACKAGE=mooncake-transfer-engine-cuda13 \
+        MOONCAKE_PEER_PYTHON=.venv-peer-0.3.14/bin/python-no-gpu \
+        .venv/bin/python scripts/check_mooncake_dropin.py
+
 The Mooncake half runs under the peer's interpreter (.venv-peer, or $MOONCAKE_PEER_PYTHON)
 against a mooncake_master it starts on loopback (tcp protocol, one client segment); the
 drop-in half in this interpreter, on --url (default: in process, memory://). Prints one
@@ -33,14 +40,21 @@ sys.path.insert(0, str(ROOT))
 LEASE_TTL_MS = 10_000  # mooncake_master's default, and the drop-in's for a new namespace
 
 KNOWN = {
-    "put_from unregistered memory": "the drop-in refuses memory that is not registered "
-                                    "(Mooncake's tcp transport takes it, RDMA does not)",
-    "get_into unregistered memory": "same",
     "get_buffer format": "the drop-in's BufferHandle is a bytearray: format 'B', not 'b'",
     "get_batch of no keys": "Mooncake answers [b''] for no keys; the drop-in []",
     "setup local_buffer_size='inf'": "Mooncake converts inf to an integer in a way C++ "
                                      "leaves undefined; the drop-in refuses it",
     "put soft_pin_ttl_ms other than the namespace's": "a soft-pin TTL is per namespace here",
+    "remove_all, then with force": "the 20 MB put that does not fit makes Mooncake's master "
+                                   "evict objects it picks at random; the drop-in evicts "
+                                   "leaf-first: the objects left can differ",
+    # 0.3.14 changed these; the drop-in answers as 0.3.13.post1
+    "remove_by_regex": "0.3.14's put of a stored key grants it a read lease (0.3.13.post1's "
+                       "and the drop-in's do not), so one key fewer goes without force",
+    "remove_by_regex with force": "same",
+    "unregister_buffer again": "0.3.14 answers -12, 0.3.13.post1 and the drop-in -600",
+    "put soft_pin_ttl_ms over the maximum": "0.3.14 takes a TTL over 24 h; 0.3.13.post1 "
+                                            "and the drop-in refuse it (-600)",
     "get_batch of a key twice": "Mooncake 0.3.13.post1 answers the first of two equal keys "
                                 "with stale bytes (a bug); the drop-in gives the value twice",
 }
@@ -48,10 +62,19 @@ KNOWN = {
 Step = tuple[str, Callable[[], Any]]
 
 
-def steps(store: Any, module: Any, new_store: Callable[[dict[str, Any]], Any]) -> Iterator[Step]:
+def features(module: Any) -> dict[str, bool]:
+    """What a Mooncake version has of 0.3.14's API (both sides run only those steps)."""
+    return {"probes": hasattr(module.MooncakeDistributedStore, "probe_key"),
+            "exist_options": hasattr(module, "ExistOptions"),
+            "config_fields": hasattr(module.ReplicateConfig(), "session_ids")}
+
+
+def steps(store: Any, module: Any, new_store: Callable[[dict[str, Any]], Any],
+          have: dict[str, bool]) -> Iterator[Step]:
     """The calls, in order, on a set-up store; `module` gives ReplicateConfig and
     SoftPinAction; new_store(config) sets up another store with setup(config) and
-    returns what setup returned."""
+    returns what setup returned; `have` (features()) says which of 0.3.14's calls the
+    Mooncake side has."""
     config_cls, soft = module.ReplicateConfig, module.SoftPinAction
     suffix = uuid.uuid4().hex[:8]
 
@@ -97,7 +120,8 @@ def steps(store: Any, module: Any, new_store: Callable[[dict[str, Any]], Any]) -
     yield "put_batch with a stored key", lambda: store.put_batch([key("b3"), key("b1")],
                                                                  [b"3", b"1"])
     yield "put_batch of unequal lists", lambda: store.put_batch([key("c1"), key("c2")], [b"1"])
-    yield "put_batch of a key twice", lambda: store.put_batch([key("d1")] * 2, [b"1", b"2"])
+    yield "put_batch of a key twice", lambda: (store.put_batch([key("d1")] * 2, [b"1", b"2"]),
+                                               store.get(key("d1")))
     yield "put_batch with an empty value", lambda: (
         store.put_batch([key("q1"), key("q2")], [b"1", b""]), store.is_exist(key("q1")))
     yield "put_batch of no keys", lambda: store.put_batch([], [])
@@ -134,8 +158,9 @@ def steps(store: Any, module: Any, new_store: Callable[[dict[str, Any]], Any]) -
         [key("pf"), key("nope")], [address + 128, address + 256], [64, 64])
     yield "batch_get_into a buffer too small", lambda: store.batch_get_into(
         [key("pf")], [address + 128], [4])
-    yield "batch_put_from", lambda: store.batch_put_from(
-        [key("bp1"), key("bp2"), key("pf")], [address, address + 1, address], [3, 4, 10])
+    yield "batch_put_from", lambda: (store.batch_put_from(
+        [key("bp1"), key("bp2"), key("pf")], [address, address + 1, address], [3, 4, 10]),
+        store.get_batch([key("bp1"), key("bp2")]))
     yield "batch_put_from of 0 bytes", lambda: store.batch_put_from([key("bz")], [address], [0])
     yield "batch_put_from of unequal lists", lambda: store.batch_put_from(
         [key("bp3")], [address, address], [3])
@@ -211,6 +236,10 @@ def steps(store: Any, module: Any, new_store: Callable[[dict[str, Any]], Any]) -
     yield "put hard-pinned", lambda: store.put(key("hp"), b"x", config(with_hard_pin=True))
     yield "put bigger than the segment", lambda: store.put(key("big"), bytes(20 << 20))
     yield "put bigger than the local buffer", lambda: store.put(key("big2"), bytes(70 << 20))
+    yield from probe_steps(store, module, key, config, have)
+    yield from replica_steps(store, key)
+    yield from session_steps(store, key, address)
+    yield from tensor_steps(store, key)
     # how many objects each pass takes depends on which read leases ran out meanwhile:
     # compare the sum (every object left) and an empty store after it
     yield "remove_all, then with force", lambda: store.remove_all() + store.remove_all(True)
@@ -232,10 +261,201 @@ def steps(store: Any, module: Any, new_store: Callable[[dict[str, Any]], Any]) -
     yield "setup with an unknown protocol", lambda: new_store({"protocol": "bogus"})
 
 
-def run(store: Any, module: Any, new_store: Callable[[dict[str, Any]], Any]
-        ) -> dict[str, str]:
+def probe_steps(store: Any, module: Any, key: Callable[[str], str],
+                config: Callable[..., Any], have: dict[str, bool]) -> Iterator[Step]:
+    """0.3.14's lease-free probes and options, ReplicateConfig's fields and types: a
+    probe leaves the object removable (0), a read lease makes remove answer -706."""
+    def put(*names: str) -> None:
+        for name in names:
+            store.put(key(name), b"p")
+
+    for name, value in (("soft_pin_ttl_ms", 1 << 64), ("soft_pin_ttl_ms", (1 << 64) - 1),
+                        ("soft_pin_ttl_ms", -1), ("soft_pin_ttl_ms", 1.5),
+                        ("soft_pin_ttl_ms", True), ("replica_num", 1 << 64),
+                        ("with_hard_pin", 1), ("group_ids", None)):
+        yield f"ReplicateConfig {name} = {value!r}", lambda name=name, value=value: getattr(
+            config(**{name: value}), name)
+    yield "get_hostname's port in 12300-14300", lambda: 12300 <= int(
+        store.get_hostname().rsplit(":", 1)[1]) <= 14300
+    if not have["probes"]:
+        return
+
+    yield "probe_key, then remove (no lease)", lambda: (
+        put("pr"), store.probe_key(key("pr")), store.remove(key("pr")))
+    yield "probe_key of a missing key", lambda: store.probe_key(key("nope"))
+    yield "probe_key of an empty key", lambda: store.probe_key("")
+    yield "is_exist, then remove (a lease)", lambda: (
+        put("ie"), store.is_exist(key("ie")), store.remove(key("ie")))
+    yield "batch_probe_key none, then removes", lambda: (
+        put("n1", "n2"), store.batch_probe_key([key("n1"), key("nope"), key("n2")]),
+        [store.remove(key(name)) for name in ("n1", "n2")])
+    yield "batch_probe_key LastHitOnly 2, then removes", lambda: (
+        put("l1", "l2", "l3", "l4"),
+        store.batch_probe_key([key("l1"), key("nope"), key("l2"), key("l3"), key("l4"),
+                               key("nope")], "LastHitOnly", 2),
+        [store.remove(key(name)) for name in ("l1", "l2", "l3", "l4")])
+    yield "batch_probe_key LastHitOnly 1, then removes", lambda: (
+        put("o1", "o2"), store.batch_probe_key([key("o1"), key("o2"), key("nope")],
+                                               "LastHitOnly", 1),
+        [store.remove(key(name)) for name in ("o1", "o2")])
+    yield "batch_probe_key LastHitOnly, not a multiple", lambda: store.batch_probe_key(
+        [key("nope"), key("nope2")], "LastHitOnly", 3)
+    yield "batch_probe_key LastHitOnly, candidate_size 0", lambda: store.batch_probe_key(
+        [key("nope")], "LastHitOnly", 0)
+    yield "batch_probe_key none, candidate_size 0", lambda: store.batch_probe_key(
+        [key("nope")], "none", 0)
+    yield "batch_probe_key of no keys", lambda: store.batch_probe_key([], "LastHitOnly", 2)
+    yield "batch_probe_key of an unknown policy", lambda: store.batch_probe_key(
+        [key("nope")], "lasthitonly")
+    yield "batch_probe_key candidate_size -1", lambda: store.batch_probe_key(
+        [key("nope")], "none", -1)
+
+    if have["exist_options"]:
+        def options() -> Any:
+            made = module.ExistOptions()
+            made.prefetch_to_memory = True
+            return made
+
+        yield "ExistOptions", lambda: (str(module.ExistOptions()),
+                                       options().prefetch_to_memory)
+        yield "is_exist with ExistOptions", lambda: (
+            put("eo"), store.is_exist(key("eo"), options()),
+            store.batch_is_exist([key("eo"), key("nope")], options()))
+    if not have["config_fields"]:
+        return
+    for name, value in (("session_ids", ["s"]), ("session_ids", "s"),
+                        ("residency_affinity_ids", ["r"]), ("residency_affinity_ids", [1]),
+                        ("preferred_hca_names", ["mlx5_0"]),
+                        ("per_key_preferred_hca_names", [["mlx5_0"], []]),
+                        ("per_key_preferred_hca_names", ["mlx5_0"])):
+        yield f"ReplicateConfig {name} = {value!r}", lambda name=name, value=value: getattr(
+            config(**{name: value}), name)
+    yield "ReplicateConfig new fields' defaults", lambda: [getattr(config(), name) for name in (
+        "session_ids", "residency_affinity_ids", "preferred_hca_names",
+        "per_key_preferred_hca_names")]
+    yield "put with the new fields set", lambda: store.put(key("nf"), b"x", config(
+        session_ids=["s"], residency_affinity_ids=["r"], preferred_hca_names=["h"],
+        per_key_preferred_hca_names=[["h"]]))
+
+
+def replica_steps(store: Any, key: Callable[[str], str]) -> Iterator[Step]:
+    """Replica descriptors, replica clear, copy and move tasks, the segment calls."""
+    def described(name: str) -> Any:
+        return [(d.is_memory_replica(), d.is_disk_replica(), str(d.status),
+                 d.get_memory_descriptor().buffer_descriptor.transport_endpoint ==
+                 store.get_hostname(), d.get_memory_descriptor().buffer_descriptor.size)
+                for d in store.get_replica_desc(key(name))]
+
+    yield "get_replica_desc", lambda: (store.put(key("rd"), b"hello"), described("rd"))
+    yield "get_replica_desc of a missing key", lambda: store.get_replica_desc(key("nope"))
+    yield "batch_get_replica_desc", lambda: sorted(name.rsplit("-", 1)[0] for name in
+                                                   store.batch_get_replica_desc(
+                                                       [key("rd"), key("nope")]))
+    yield "batch_get_replica_desc of no keys", lambda: store.batch_get_replica_desc([])
+    yield "get_disk_descriptor of a memory replica", lambda: store.get_replica_desc(
+        key("rd"))[0].get_disk_descriptor()
+    yield "batch_replica_clear of a leased key", lambda: store.batch_replica_clear(
+        [key("rd"), key("nope")])
+    yield "batch_replica_clear of no keys", lambda: store.batch_replica_clear([])
+    yield "create_copy_task of a missing key", lambda: store.create_copy_task(
+        key("nope"), [store.get_hostname()])
+    yield "create_copy_task to an unknown segment", lambda: store.create_copy_task(
+        key("rd"), ["nosuch:1"])
+    yield "create_copy_task to no segment", lambda: store.create_copy_task(key("rd"), [])
+    yield "create_copy_task to its own segment (code)", lambda: store.create_copy_task(
+        key("rd"), [store.get_hostname()])[1]
+    yield "create_move_task to the same segment", lambda: store.create_move_task(
+        key("rd"), store.get_hostname(), store.get_hostname())
+    yield "create_move_task of a missing key", lambda: store.create_move_task(
+        key("nope"), store.get_hostname(), "nosuch:1")
+    yield "query_task of an unknown task", lambda: store.query_task((1, 2))
+    yield "query_task of a bad id", lambda: store.query_task(5)
+    yield "mount_segment of a missing path", lambda: store.mount_segment(
+        "/nonexistent/segment", 16 << 20)
+    yield "allocate_and_mount_segment 1 KB", lambda: (lambda r: (
+        r["ret"], len(r["segment_ids"]), r.get("allocated_size"),
+        store.unmount_and_free_segment(r["segment_ids"]),
+        store.unmount_and_free_segment(r["segment_ids"])))(
+        store.allocate_and_mount_segment(1024))
+    yield "unmount_segment of an unknown id", lambda: store.unmount_segment(["nosuch"])
+    yield "unmount_segment of no ids", lambda: store.unmount_segment([])
+    yield "unmount_local_disk_segment", lambda: store.unmount_local_disk_segment(5)
+    yield "alloc_from_mem_pool (not a dummy client)", lambda: store.alloc_from_mem_pool(1024)
+
+
+def session_steps(store: Any, key: Callable[[str], str], address: int) -> Iterator[Step]:
+    """Put and get sessions, ranged transfers, put_from_with_metadata (register_buffer
+    of `address` was undone earlier: this memory is unregistered now)."""
+    yield "batch_put_session_start", lambda: store.batch_put_session_start(
+        [key("s1"), key("s0")], [10, 0])
+    yield "batch_put_session_end", lambda: (store.batch_put_session_end(
+        [key("s1"), key("s0"), key("nope")]), store.get(key("s1")))
+    yield "batch_get_session_start", lambda: store.batch_get_session_start(
+        [key("s1"), key("nope")])
+    yield "batch_get_session_end", lambda: store.batch_get_session_end([key("s1")])
+    yield "batch_put_from_multi_buffer_ranges without a session", lambda: \
+        store.batch_put_from_multi_buffer_ranges([key("sr1")], [[address]], [[2]], [[0]])
+    yield "ranged put in a session", lambda: (
+        store.batch_put_session_start([key("sr1"), key("sr2")], [8, 4]),
+        store.batch_put_from_multi_buffer_ranges(
+            [key("sr1"), key("sr2")], [[address, address + 4], [address]], [[2, 2], [4]],
+            [[0, 6], [0]]),
+        store.batch_put_session_end([key("sr1"), key("sr2")]),
+        store.get(key("sr1")), store.get(key("sr2")))
+    yield "ranged get without a session", lambda: \
+        store.batch_get_into_multi_buffer_ranges([key("sr1")], [[address + 100]], [[4]], [[2]])
+    yield "ranged get in a session", lambda: (
+        store.batch_get_session_start([key("sr1")]),
+        store.batch_get_into_multi_buffer_ranges([key("sr1")],
+                                                 [[address + 100, address + 200]],
+                                                 [[2, 3]], [[0, 5]]),
+        ctypes.string_at(address + 100, 2), ctypes.string_at(address + 200, 3),
+        store.batch_get_session_end([key("sr1")]))
+    yield "batch_put_session_revoke", lambda: (
+        store.batch_put_session_start([key("rv")], [5]),
+        store.batch_put_session_revoke([key("rv"), key("nope")]), store.is_exist(key("rv")))
+    yield "put_from_with_metadata", lambda: (store.put_from_with_metadata(
+        key("pm"), address, address + 8, 4, 3), store.get(key("pm")))
+
+
+def tensor_steps(store: Any, key: Callable[[str], str]) -> Iterator[Step]:
+    """The tensor methods (skipped when torch is not installed on a side)."""
+    try:
+        import torch
+    except ImportError:
+        return
+    tensor = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    yield "put_tensor, get_tensor", lambda: (store.put_tensor(key("t"), tensor),
+                                             store.get_tensor(key("t")).tolist())
+    yield "put_tensor of a non-tensor", lambda: store.put_tensor(key("t2"), [1, 2])
+    yield "get_tensor of a missing key", lambda: store.get_tensor(key("nope"))
+    yield "get_tensor of a non-tensor object", lambda: (store.put(key("nt"), b"x" * 400),
+                                                        store.get_tensor(key("nt")))
+    yield "batch_put_tensor, batch_get_tensor", lambda: (
+        store.batch_put_tensor([key("b1"), key("b2")], [tensor + 1, tensor.to(torch.bfloat16)]),
+        [str(t.dtype) for t in store.batch_get_tensor([key("b1"), key("b2")])])
+    yield "put_tensor_with_tp, get_tensor_with_tp", lambda: (
+        store.put_tensor_with_tp(key("tp"), tensor, tp_size=2, split_dim=1),
+        store.get_tensor_with_tp(key("tp"), 1, 2).tolist(),
+        store.get_tensor(key("tp") + "_tp_0").tolist())
+    yield "put_tensor_with_tp, uneven", lambda: store.put_tensor_with_tp(
+        key("tp3"), tensor, tp_size=3, split_dim=1)
+    yield "get_tensor_into", lambda: (lambda memory: (
+        store.get_tensor_into(key("t"), ctypes.addressof(memory), 4096).tolist(),
+        store.put_tensor_from(key("tf"), ctypes.addressof(memory), 304 + 48),
+        store.get_tensor(key("tf")).tolist(),
+        store.put_tensor_from(key("tf2"), ctypes.addressof(memory), 100)))(
+        (ctypes.c_char * 4096)())
+    yield "upsert_tensor", lambda: (store.upsert_tensor(key("t"), tensor * 2),
+                                    store.get_tensor(key("t")).sum().item())
+    yield "zero-element tensor", lambda: (store.put_tensor(key("z"), torch.zeros(0, 3)),
+                                          tuple(store.get_tensor(key("z")).shape))
+
+
+def run(store: Any, module: Any, new_store: Callable[[dict[str, Any]], Any],
+        have: dict[str, bool]) -> dict[str, str]:
     results = {}
-    for label, call in steps(store, module, new_store):
+    for label, call in steps(store, module, new_store, have):
         try:
             value = call()
         except Exception as error:  # what each side raises is part of the comparison
@@ -244,7 +464,7 @@ def run(store: Any, module: Any, new_store: Callable[[dict[str, Any]], Any]
     return results
 
 
-def mooncake_side() -> dict[str, str]:
+def mooncake_side() -> dict[str, Any]:
     from mooncake import store as module  # type: ignore[import-not-found]
 
     from benchmarks.mooncake_peer import running_peer
@@ -259,10 +479,11 @@ def mooncake_side() -> dict[str, str]:
             other.close()
             return code
 
-        return run(peer.store, module, new_store)
+        return {"features": features(module),
+                "results": run(peer.store, module, new_store, features(module))}
 
 
-def dropin_side(url: str) -> dict[str, str]:
+def dropin_side(url: str, have: dict[str, bool]) -> dict[str, str]:
     import mooncake_redis.mooncake as module
 
     namespace = f"check-{uuid.uuid4().hex[:8]}"
@@ -282,7 +503,7 @@ def dropin_side(url: str) -> dict[str, str]:
         if code:
             raise SystemExit(f"the drop-in's setup returned {code}")
         try:
-            return run(store, module, new_store)
+            return run(store, module, new_store, have)
         finally:
             store.close()
 
@@ -312,8 +533,9 @@ def main(argv: list[str] | None = None) -> int:
     if done.returncode:
         print(done.stderr[-3000:], file=sys.stderr)
         return 1
-    theirs = json.loads(done.stdout.strip().splitlines()[-1])
-    ours = dropin_side(args.url)
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    theirs = answer["results"]
+    ours = dropin_side(args.url, answer["features"])
     differ = 0
     for label, mooncake_result in theirs.items():
         dropin_result = ours.get(label, "(not run)")

@@ -87,6 +87,29 @@ class FileByteStore:
         os.replace(temporary, self.directory / name)
         return Replica(self.segment, name, self.medium, len(data))
 
+    def reserve(self, key: str, size: int) -> Replica:
+        """A new file of size zero bytes (sparse where the filesystem allows), to be filled
+        in place with write_at before the object is completed. Its name carries no
+        digest: the bytes are not known yet."""
+        name = f"{quote(key, safe='')}@{secrets.token_hex(8)}{SUFFIX}"
+        with open(self.directory / name, "wb") as out:
+            out.truncate(size)
+        return Replica(self.segment, name, self.medium, size)
+
+    def write_at(self, replica: Replica, offset: int, data: bytes | memoryview) -> bool:
+        """Write data into a reserved file at offset; False if the file is gone or the
+        range runs past its size."""
+        if offset < 0 or offset + len(data) > replica.size:
+            return False
+        try:
+            descriptor = os.open(self.path(replica.location), os.O_WRONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            return os.pwrite(descriptor, data, offset) == len(data)
+        finally:
+            os.close(descriptor)
+
     def read(self, replica: Replica) -> bytes | None:
         """The replica's bytes; None if its file is gone (freed meanwhile) or not whole."""
         try:

@@ -321,9 +321,13 @@ def room_for(index: Index, pages: Sequence[Page]) -> float:
     """The eviction target that leaves room for these pages (admission lets a page take
     any free space: a refused shard borrows limit, borrowing.py): with a capacity of a few
     hundred pages, the usual target (high_watermark - eviction_ratio) may leave less."""
+    return room_for_bytes(index, sum(len(page.data) for page in pages))
+
+
+def room_for_bytes(index: Index, need: int) -> float:
+    """room_for of pages that hold `need` bytes together."""
     settings = index.settings
     if not settings.capacity_bytes:
         return settings.eviction_target_ratio
-    need = sum(len(page.data) for page in pages)
     room = 1 - need / settings.capacity_bytes - settings.eviction_ratio
     return max(0.0, min(settings.eviction_target_ratio, room))

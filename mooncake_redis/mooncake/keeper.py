@@ -41,8 +41,11 @@ def mount(index: Index, segment: str, capacity_bytes: int) -> None:
 
 
 class Keeper:
-    def __init__(self, open_plane: Callable[[], FileDataPlane], capacity_bytes: int,
-                 view: SegmentView, interval_s: float = INTERVAL_S):
+    def __init__(self, open_plane: Callable[[], FileDataPlane],
+                 capacity_bytes: Callable[[], int], view: SegmentView,
+                 interval_s: float = INTERVAL_S):
+        """capacity_bytes: the segment's capacity now (segments mounted on it since
+        setup add to it)."""
         self._open_plane = open_plane
         self._capacity = capacity_bytes
         self._view = view
@@ -90,7 +93,7 @@ class Keeper:
         except SegmentNotMounted:
             log.warning("segment %s was unmounted (missed heartbeats?): mounting it again",
                         segment)
-            mount(plane.index, segment, self._capacity)
+            mount(plane.index, segment, self._capacity())
         except SegmentUnmounting:
             log.warning("segment %s is being unmounted; mounting it again once that is "
                         "done", segment)

@@ -1,22 +1,36 @@
 """`ReplicateConfig` and `SoftPinAction`: Mooncake's per-put options, as mooncake.store
-0.3.13.post1 names them (`soft_pin_action`, `soft_pin_ttl_ms`), also under 0.3.12's name
-(`with_soft_pin`), plus this project's `parent_block_hash` (the RFC's path A).
+0.3.13.post1 names them (`soft_pin_action`, `soft_pin_ttl_ms`), with 0.3.14's fields
+(`session_ids`, `residency_affinity_ids`, `preferred_hca_names`,
+`per_key_preferred_hca_names`), also under 0.3.12's name (`with_soft_pin`), plus this
+project's `parent_block_hash` (the RFC's path A).
 
-Attributes are typed as Mooncake's pybind class types them: assigning a value of the
-wrong type raises TypeError there and here. Values are checked when a put uses the
+Attributes are typed as Mooncake's pybind class types them (checks.py): assigning a value
+of the wrong type raises TypeError there and here (`soft_pin_ttl_ms = 1 << 64`, as a
+uint64 field). Values are checked when a put uses the
 config; a bad one gets INVALID_PARAMS (config_error).
 """
 
 from __future__ import annotations
 
-from enum import IntEnum
 from typing import Any
+
+from .checks import (
+    boolean,
+    instance_or_default,
+    optional_text_lists,
+    optional_texts,
+    optional_uint64,
+    text,
+    texts,
+    uint64,
+)
+from .records import MooncakeEnum, ObjectDataType
 
 MAX_SOFT_PIN_TTL_MS = 24 * 3600 * 1000
 """Mooncake master's default max_kv_soft_pin_ttl: longer requested TTLs are refused."""
 
 
-class SoftPinAction(IntEnum):
+class SoftPinAction(MooncakeEnum):
     """What a put does to the object's soft pin (Mooncake's SoftPinAction)."""
 
     PRESERVE = 0
@@ -25,64 +39,43 @@ class SoftPinAction(IntEnum):
     DISABLE = 2
 
 
-def _non_negative_int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise TypeError(f"expected an int >= 0, got {value!r}")
-    return int(value)
-
-
-def _optional_ttl(value: Any) -> int | None:
-    return None if value is None else _non_negative_int(value)
-
-
-def _flag(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"expected a bool, got {value!r}")
-    return value
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected a str, got {value!r}")
-    return value
-
-
-def _texts(value: Any) -> list[str]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) \
-            or not all(isinstance(item, str) for item in value):
-        raise TypeError(f"expected a list of str, got {value!r}")
-    return list(value)
-
-
-def _optional_texts(value: Any) -> list[str] | None:
-    return None if value is None else _texts(value)
-
-
-def _action(value: Any) -> SoftPinAction:
+def _action(value: Any, what: str) -> SoftPinAction:
     if not isinstance(value, SoftPinAction):
-        raise TypeError(f"expected a SoftPinAction, got {value!r}")
+        raise TypeError(f"{what} must be a SoftPinAction, got {value!r}")
     return value
 
 
-def _optional_text(value: Any) -> str | None:
-    return None if value is None else _text(value)
+def _data_type(value: Any, what: str) -> ObjectDataType:
+    if not isinstance(value, ObjectDataType):
+        raise TypeError(f"{what} must be an ObjectDataType, got {value!r}")
+    return value
+
+
+def _optional_text(value: Any, what: str) -> str | None:
+    return None if value is None else text(value, what)
 
 
 _FIELDS: dict[str, tuple[Any, Any]] = {
     # name: (default, converter that raises TypeError as pybind does)
-    "replica_num": (1, _non_negative_int),
+    "replica_num": (1, uint64),
     "soft_pin_action": (SoftPinAction.PRESERVE, _action),
-    "soft_pin_ttl_ms": (None, _optional_ttl),
-    "with_hard_pin": (False, _flag),
-    "preferred_segment": ("", _text),
-    "preferred_segments": ([], _texts),
+    "soft_pin_ttl_ms": (None, optional_uint64),
+    "with_hard_pin": (False, boolean),
+    "preferred_segment": ("", text),
+    "preferred_segments": ([], texts),
     "parent_block_hash": (None, _optional_text),
-    # accepted so code that sets them runs; there is no NVMe-oF, DFS or node grouping here
-    "nof_replica_num": (0, _non_negative_int),
-    "dfs_replica_num": (0, _non_negative_int),
-    "preferred_nof_segments": ([], _texts),
-    "prefer_alloc_in_same_node": (False, _flag),
-    "group_ids": (None, _optional_texts),
+    # accepted so code that sets them runs; there is no NVMe-oF, DFS, node grouping,
+    # transfer session, residency or NIC choice here (bytes go through files)
+    "nof_replica_num": (0, uint64),
+    "dfs_replica_num": (0, uint64),
+    "preferred_nof_segments": ([], texts),
+    "prefer_alloc_in_same_node": (False, boolean),
+    "group_ids": (None, optional_texts),
+    "data_type": (ObjectDataType.UNKNOWN, _data_type),
+    "session_ids": (None, optional_texts),  # 0.3.14
+    "residency_affinity_ids": (None, optional_texts),  # 0.3.14
+    "preferred_hca_names": (None, optional_texts),  # 0.3.14
+    "per_key_preferred_hca_names": (None, optional_text_lists),  # 0.3.14
 }
 
 
@@ -118,6 +111,11 @@ class ReplicateConfig:
     preferred_nof_segments: list[str]
     prefer_alloc_in_same_node: bool
     group_ids: list[str] | None
+    data_type: ObjectDataType
+    session_ids: list[str] | None
+    residency_affinity_ids: list[str] | None
+    preferred_hca_names: list[str] | None
+    per_key_preferred_hca_names: list[list[str]] | None
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "with_soft_pin":  # a property
@@ -125,7 +123,7 @@ class ReplicateConfig:
         elif name not in _FIELDS:
             raise AttributeError(f"'ReplicateConfig' object has no attribute {name!r}")
         else:
-            object.__setattr__(self, name, _FIELDS[name][1](value))
+            object.__setattr__(self, name, _FIELDS[name][1](value, name))
 
     @property
     def with_soft_pin(self) -> bool:
@@ -134,7 +132,8 @@ class ReplicateConfig:
 
     @with_soft_pin.setter
     def with_soft_pin(self, value: bool) -> None:
-        self.soft_pin_action = SoftPinAction.ENABLE if _flag(value) else SoftPinAction.PRESERVE
+        self.soft_pin_action = SoftPinAction.ENABLE if boolean(value) else \
+            SoftPinAction.PRESERVE
 
     def __str__(self) -> str:
         ttl = "default" if self.soft_pin_ttl_ms is None else self.soft_pin_ttl_ms
@@ -171,3 +170,7 @@ class ReplicateConfig:
             return "no NVMe-oF or DFS replicas here: set nof_replica_num and " \
                    "dfs_replica_num to 0"
         return None
+
+
+def check_config(config: Any) -> ReplicateConfig:
+    return instance_or_default(config, ReplicateConfig, "config")

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import re
+import socket
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,6 +43,14 @@ DEFAULT_TENANT = "default"
 PROTOCOLS = frozenset({"tcp", "rdma", "efa", "cxl", "nvlink", "hip", "ascend", "barex"})
 """Transports a Mooncake build may have; the drop-in moves bytes through files whatever
 the protocol, and answers INTERNAL_ERROR for any other name, as Mooncake does."""
+
+CLIENT_PORTS = (12300, 14300)
+"""Where a store's segment port is drawn from (`<local_hostname>:<port>`), as Mooncake's
+real client draws its own: uniformly in [12300, 14300], or the range
+MC_STORE_CLIENT_MIN_PORT / MC_STORE_CLIENT_MAX_PORT give when Mooncake would take it
+(both ports 1024-65535, outside Linux's ephemeral 32768-60999, min <= max)."""
+PORT_ATTEMPTS = 400
+"""Ports tried before setup gives up (Mooncake: 20 binders of 20 tries each)."""
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
           "G": 1 << 30, "GB": 1 << 30, "T": 1 << 40, "TB": 1 << 40}
@@ -176,3 +186,36 @@ class SetupOptions:
         if named:
             return Path(named)
         return Path(tempfile.gettempdir()) / "mooncake-redis-data" / namespace
+
+
+def client_port_range(environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
+    """CLIENT_PORTS, or the range the environment gives if Mooncake would accept it."""
+
+    def port(name: str, default: int) -> int:
+        try:
+            return int(environ.get(name, default))
+        except ValueError:
+            return -1
+
+    low, high = port("MC_STORE_CLIENT_MIN_PORT", CLIENT_PORTS[0]), \
+        port("MC_STORE_CLIENT_MAX_PORT", CLIENT_PORTS[1])
+
+    def allowed(number: int) -> bool:
+        return 1024 <= number <= 65535 and not 32768 <= number <= 60999
+
+    return (low, high) if allowed(low) and allowed(high) and low <= high else CLIENT_PORTS
+
+
+def hold_client_port(rng: random.Random) -> socket.socket:
+    """A socket bound to a free port of client_port_range(), held while the store lives
+    so no other store of this machine takes it; OSError if none was free."""
+    low, high = client_port_range()
+    for _ in range(PORT_ATTEMPTS):
+        holder = socket.socket()
+        try:
+            holder.bind(("", rng.randint(low, high)))
+            return holder
+        except OSError:
+            holder.close()
+    raise OSError(f"no free port in {low}-{high} after {PORT_ATTEMPTS} tries "
+                  "(MC_STORE_CLIENT_MIN_PORT / MC_STORE_CLIENT_MAX_PORT)")

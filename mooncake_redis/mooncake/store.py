@@ -20,16 +20,14 @@ import logging
 import os
 import random
 import re
-import socket
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote
 
 from mooncake_redis.files.byte_store import MAX_QUOTED_KEY, FileByteStore
-from mooncake_redis.files.data_plane import FileDataPlane, Page, room_for, write_pages
+from mooncake_redis.files.data_plane import FileDataPlane, Page, room_for_bytes, write_pages
 
 from ..errors import (
     InvalidArgument,
@@ -43,12 +41,28 @@ from ..models import Replica
 from ..segment_registry import check_name
 from ..settings import ENV_PREFIX, Settings
 from . import placement
-from .buffers import BufferHandle, RegisteredBuffers, view
+from .buffers import BufferHandle, view
+from .checks import (
+    bytes_of,
+    check_3d,
+    check_bool,
+    check_int,
+    check_key,
+    check_keys,
+    check_list,
+)
 from .codes import FAILURES, ErrorCode, code_of
 from .keeper import INTERVAL_S, Keeper, mount
-from .replicate_config import ReplicateConfig, SoftPinAction
+from .probes import ProbeMethods
+from .records import QueryTaskResponse
+from .replicas import ReplicaMethods
+from .replicate_config import ReplicateConfig, SoftPinAction, check_config
 from .segment_files import SegmentFiles, remove_files
-from .setup_options import SetupOptions
+from .segments import SegmentMethods
+from .sessions import SessionMethods
+from .setup_options import SetupOptions, hold_client_port
+from .state import Found, OpenStore, Row, TaskId
+from .tensors import TensorMethods
 
 log = logging.getLogger(__name__)
 
@@ -82,40 +96,18 @@ CONSUMER + "-keeper"."""
 _HOST_PORT = re.compile(r".+:\d{1,5}")
 
 
-@dataclass
-class _Open:
-    """A set-up store."""
-
-    options: SetupOptions
-    index: Index
-    files: SegmentFiles
-    hostname: str
-    port_holder: socket.socket | None
-    plane: FileDataPlane | None
-    """Its own segment's data plane; None with global_segment_size 0."""
-    keeper: Keeper | None
-    view: placement.SegmentView = field(default_factory=placement.SegmentView)
-    buffers: RegisteredBuffers = field(default_factory=RegisteredBuffers)
-    rng: random.Random = field(default_factory=random.Random)
-
-
-@dataclass(frozen=True)
-class _Found:
-    """One key as a read found it: its replicas and size, or Mooncake's code."""
-
-    code: int = 0
-    replicas: tuple[Replica, ...] = ()
-    size: int = 0
-
-
-class MooncakeDistributedStore:
+class MooncakeDistributedStore(ProbeMethods, ReplicaMethods, SegmentMethods,
+                               SessionMethods, TensorMethods):
     """Mooncake's MooncakeDistributedStore: setup() first, close() at the end. Calls from
     several threads are served one at a time."""
 
     def __init__(self) -> None:
-        self._open: _Open | None = None
+        self._open: OpenStore | None = None
         self._finalizer: weakref.finalize | None = None
         self._lock = threading.RLock()
+        self._tasks: dict[TaskId, QueryTaskResponse] = {}
+        self._put_sessions: dict[str, list[Replica]] = {}
+        self._get_sessions: dict[str, Found] = {}
 
     # -- life ----------------------------------------------------------------------------
 
@@ -171,6 +163,8 @@ class MooncakeDistributedStore:
             self._finalizer.detach()
             self._finalizer = None
         assert state is not None
+        self._put_sessions.clear()  # unfinished objects: released after the timeout
+        self._get_sessions.clear()
         _shutdown(state)
 
     def health_check(self) -> int:
@@ -194,15 +188,15 @@ class MooncakeDistributedStore:
     def register_buffer(self, buffer_ptr: int, size: int) -> int:
         """Let zero-copy calls use [buffer_ptr, buffer_ptr + size): 0, or INVALID_PARAMS
         (null, empty, or overlapping a registered buffer)."""
-        _check_int(buffer_ptr, "buffer_ptr")
-        _check_int(size, "size")
+        check_int(buffer_ptr, "buffer_ptr")
+        check_int(size, "size")
         with self._lock:
             if self._open is None or not self._open.buffers.register(buffer_ptr, size):
                 return ErrorCode.INVALID_PARAMS
             return 0
 
     def unregister_buffer(self, buffer_ptr: int) -> int:
-        _check_int(buffer_ptr, "buffer_ptr")
+        check_int(buffer_ptr, "buffer_ptr")
         with self._lock:
             if self._open is None or not self._open.buffers.unregister(buffer_ptr):
                 return ErrorCode.INVALID_PARAMS
@@ -238,7 +232,8 @@ class MooncakeDistributedStore:
 
     def put_from(self, key: str, buffer_ptr: int, size: int,
                  config: ReplicateConfig | None = None) -> int:
-        """put of size bytes at buffer_ptr (registered memory); a size of 0 returns 0 and
+        """put of size bytes at buffer_ptr (buffers.py: any memory of the process, as
+        Mooncake's tcp transport takes it); a size of 0 returns 0 and
         stores nothing, as Mooncake does."""
         return self._put_from_one(key, buffer_ptr, size, config, upsert=False)
 
@@ -263,7 +258,7 @@ class MooncakeDistributedStore:
                                      config: ReplicateConfig | None = None) -> list[int]:
         """put_from for many, each value the concatenation of several registered buffers
         (SGLang's layer-first host pools): a code per key."""
-        return self._put_rows(_check_keys(keys), _rows(all_buffer_ptrs, all_sizes), config,
+        return self._put_rows(check_keys(keys), _rows(all_buffer_ptrs, all_sizes), config,
                               upsert=False)
 
     def batch_get_into_multi_buffers(self, keys: Sequence[str],
@@ -274,14 +269,14 @@ class MooncakeDistributedStore:
         order: the bytes read per key; INVALID_PARAMS if the buffers hold less than the
         value, TRANSFER_FAIL if more or if a key's two lists differ in length (as Mooncake
         answers)."""
-        _check_bool(prefer_alloc_in_same_node, "prefer_alloc_in_same_node")
-        return self._get_rows(_check_keys(keys), _rows(all_buffer_ptrs, all_sizes),
+        check_bool(prefer_alloc_in_same_node, "prefer_alloc_in_same_node")
+        return self._get_rows(check_keys(keys), _rows(all_buffer_ptrs, all_sizes),
                               exact=True)
 
     def _put_values(self, keys: Sequence[str], values: Sequence[Any],
                     config: ReplicateConfig | None, upsert: bool) -> int:
-        keys = _check_keys(keys)
-        datas = [_bytes_of(value) for value in _check_list(values, "values")]
+        keys = check_keys(keys)
+        datas = [bytes_of(value) for value in check_list(values, "values")]
         with self._lock:
             state = self._open
             if state is None or len(keys) != len(datas):
@@ -298,17 +293,17 @@ class MooncakeDistributedStore:
 
     def _put_joined(self, key: str, parts: Sequence[Any], config: ReplicateConfig | None,
                     upsert: bool) -> int:
-        joined = b"".join(bytes(_bytes_of(part)) for part in parts)
+        joined = b"".join(bytes(bytes_of(part)) for part in parts)
         if not joined:
-            _check_key(key)
+            check_key(key)
             return 0
         return self._put_values([key], [joined], config, upsert)
 
     def _put_from_one(self, key: str, buffer_ptr: int, size: int,
                       config: ReplicateConfig | None, upsert: bool) -> int:
-        _check_key(key)
-        _check_int(buffer_ptr, "buffer_ptr")
-        _check_int(size, "size")
+        check_key(key)
+        check_int(buffer_ptr, "buffer_ptr")
+        check_int(size, "size")
         if size == 0 and not upsert:
             return 0
         return self._put_from_many([key], [buffer_ptr], [size], config, upsert)[0]
@@ -316,21 +311,21 @@ class MooncakeDistributedStore:
     def _put_from_many(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
                        sizes: Sequence[int], config: ReplicateConfig | None, upsert: bool
                        ) -> list[int]:
-        return self._put_rows(_check_keys(keys), _single_rows(buffer_ptrs, sizes), config,
+        return self._put_rows(check_keys(keys), _single_rows(buffer_ptrs, sizes), config,
                               upsert)
 
     def _put_rows(self, keys: list[str], rows: list[Row | None],
                   config: ReplicateConfig | None, upsert: bool) -> list[int]:
         """Each key's value from its row of (address, size) buffers, joined: a code per
-        key (INVALID_PARAMS for no buffer, an empty or unregistered one, or a row that
-        came with lists of different lengths)."""
+        key (INVALID_PARAMS for no buffer, an empty one, one buffers.allows refuses, or
+        a row that came with lists of different lengths)."""
         with self._lock:
             state = self._open
             if state is None or len(keys) != len(rows):
                 return [ErrorCode.INVALID_PARAMS] * len(keys)
             codes = [ErrorCode.INVALID_PARAMS] * len(keys)
             ready = [number for number, row in enumerate(rows)
-                     if row and all(size and state.buffers.holds(address, size)
+                     if row and all(size and state.buffers.allows(address, size, False)
                                     for address, size in row)]
             values = [_joined(rows[number]) for number in ready]  # type: ignore[arg-type]
             for number, code in zip(ready, self._write(state, [keys[n] for n in ready],
@@ -338,16 +333,16 @@ class MooncakeDistributedStore:
                 codes[number] = code
             return codes
 
-    def _write(self, state: _Open, keys: list[str], datas: list[memoryview],
+    def _write(self, state: OpenStore, keys: list[str], datas: list[memoryview],
                config: ReplicateConfig | None, upsert: bool) -> list[int]:
         """Store the items, one code each (duplicates of a key get the first one's)."""
-        config = _check_config(config)
+        config = check_config(config)
         try:
             return self._write_checked(state, keys, datas, config, upsert)
         except FAILURES as error:  # Redis away while placing, reading settings or pins
             return [code_of(error)] * len(keys)
 
-    def _write_checked(self, state: _Open, keys: list[str], datas: list[memoryview],
+    def _write_checked(self, state: OpenStore, keys: list[str], datas: list[memoryview],
                        config: ReplicateConfig, upsert: bool) -> list[int]:
         problem = config.config_error(state.index.settings.soft_pin_ttl_ms)
         if problem is not None:
@@ -362,10 +357,10 @@ class MooncakeDistributedStore:
         written = dict(zip(first, self._write_unique(state, items, config, upsert)))
         return [written.get(key, code) for key, code in zip(keys, codes)]
 
-    def _write_unique(self, state: _Open, items: list[tuple[str, memoryview]],
+    def _write_unique(self, state: OpenStore, items: list[tuple[str, memoryview]],
                       config: ReplicateConfig, upsert: bool) -> list[int]:
         codes = dict.fromkeys((key for key, _ in items), 0)
-        placed = self._place(state, items, config)
+        placed = self._place(state, [(key, len(data)) for key, data in items], config)
         pages = [Page(key, data, config.parent_block_hash) for key, data in items
                  if placed[key]]
         for key, _ in items:
@@ -397,7 +392,7 @@ class MooncakeDistributedStore:
                     break
         return [codes[key] for key, _ in items]
 
-    def _place(self, state: _Open, items: list[tuple[str, memoryview]],
+    def _place(self, state: OpenStore, items: list[tuple[str, int]],
                config: ReplicateConfig) -> dict[str, list[FileByteStore]]:
         """Each item's replica stores (placement.choose); [] for one that fits nowhere,
         after a fresh look at the segments and, failing that, an eviction job. The view
@@ -406,9 +401,9 @@ class MooncakeDistributedStore:
         preferred = config.segments()
         placed: dict[str, list[FileByteStore]] = {}
         refreshed = evicted = False
-        for key, data in items:
+        for key, size in items:
             while True:
-                stores = self._stores_for(state, len(data), preferred, config.replica_num)
+                stores = self._stores_for(state, size, preferred, config.replica_num)
                 if len(stores) < config.replica_num and stores and not refreshed:
                     refreshed = True  # fewer than asked: a segment may have mounted since
                     state.view.refresh(state.index)
@@ -417,15 +412,15 @@ class MooncakeDistributedStore:
                     break
                 if refreshed:
                     evicted = True
-                    if not state.view.could_hold(len(data)):
+                    if not state.view.could_hold(size):
                         break  # bigger than every segment: nothing to evict for
-                    self._evictor(state)(room_for(state.index, [Page(key, data)]))
+                    self._evictor(state)(room_for_bytes(state.index, size))
                 refreshed = True
                 state.view.refresh(state.index)
             placed[key] = stores
         return placed
 
-    def _stores_for(self, state: _Open, size: int, preferred: list[str],
+    def _stores_for(self, state: OpenStore, size: int, preferred: list[str],
                     replica_num: int) -> list[FileByteStore]:
         def fits(name: str) -> bool:
             return state.view.room(name, size) and state.files.reach(name) is not None
@@ -433,13 +428,13 @@ class MooncakeDistributedStore:
         names = placement.choose(state.view.mounted(), preferred, replica_num, fits, state.rng)
         return [store for store in map(state.files.reach, names) if store is not None]
 
-    def _evictor(self, state: _Open) -> Callable[[float | None], object]:
+    def _evictor(self, state: OpenStore) -> Callable[[float | None], object]:
         if state.plane is not None:
             return state.plane.evict  # jobs, then this segment's freed files
         return state.index.evict  # the other segments' owners delete theirs
 
     @staticmethod
-    def _writable_key(state: _Open, key: str) -> bool:
+    def _writable_key(state: OpenStore, key: str) -> bool:
         if not key or len(quote(key, safe="")) > MAX_ENCODED_KEY:
             return False
         try:
@@ -452,10 +447,10 @@ class MooncakeDistributedStore:
 
     def get(self, key: str) -> bytes:
         """The value; b"" if the key is not stored (or cannot be read)."""
-        return self.get_batch([_check_key(key)])[0]
+        return self.get_batch([check_key(key)])[0]
 
     def get_batch(self, keys: Sequence[str]) -> list[bytes]:
-        keys = _check_keys(keys)
+        keys = check_keys(keys)
         with self._lock:
             found = self._find(keys)
             return [self._read(found[key], staged=True) or b"" for key in keys]
@@ -463,10 +458,10 @@ class MooncakeDistributedStore:
     def get_buffer(self, key: str) -> BufferHandle | None:
         """The value in a BufferHandle (ptr(), size(), len(), the buffer protocol); None
         if the key is not stored."""
-        return self.batch_get_buffer([_check_key(key)])[0]
+        return self.batch_get_buffer([check_key(key)])[0]
 
     def batch_get_buffer(self, keys: Sequence[str]) -> list[BufferHandle | None]:
-        keys = _check_keys(keys)
+        keys = check_keys(keys)
         with self._lock:
             found = self._find(keys)
             handles = []
@@ -476,20 +471,20 @@ class MooncakeDistributedStore:
             return handles
 
     def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
-        """Read the value into registered memory at buffer_ptr (size bytes there): the
-        bytes read, or Mooncake's code (INVALID_PARAMS if the value is bigger than size
-        or the memory is not registered)."""
-        return self.batch_get_into([_check_key(key)], [buffer_ptr], [size])[0]
+        """Read the value into memory at buffer_ptr (size bytes there; buffers.py): the
+        bytes read, or Mooncake's code (INVALID_PARAMS if the value is bigger than size,
+        or the range runs past a registered buffer's end)."""
+        return self.batch_get_into([check_key(key)], [buffer_ptr], [size])[0]
 
     def batch_get_into(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
                        sizes: Sequence[int]) -> list[int]:
-        return self._get_rows(_check_keys(keys), _single_rows(buffer_ptrs, sizes),
+        return self._get_rows(check_keys(keys), _single_rows(buffer_ptrs, sizes),
                               exact=False)
 
     def _get_rows(self, keys: list[str], rows: list[Row | None], exact: bool) -> list[int]:
         """Each key's value into its row of (address, size) buffers, in order: the bytes
-        read, or a code: INVALID_PARAMS for unregistered memory or less room than the
-        value; with exact, TRANSFER_FAIL for more room than the value or a row whose lists
+        read, or a code: INVALID_PARAMS for memory buffers.allows refuses or less room
+        than the value; with exact, TRANSFER_FAIL for more room than the value or a row whose lists
         differed in length (Mooncake's multi-buffer answers)."""
         with self._lock:
             state = self._open
@@ -500,7 +495,7 @@ class MooncakeDistributedStore:
             for key, row in zip(keys, rows):
                 item = found[key]
                 room = sum(size for _, size in row or ())
-                if row is not None and not all(state.buffers.holds(address, size)
+                if row is not None and not all(state.buffers.allows(address, size, True)
                                                for address, size in row):
                     results.append(ErrorCode.INVALID_PARAMS)
                 elif item.code:
@@ -516,7 +511,7 @@ class MooncakeDistributedStore:
                                    else ErrorCode.TRANSFER_FAIL)
             return results
 
-    def _read_rows(self, item: _Found, row: Row) -> bool:
+    def _read_rows(self, item: Found, row: Row) -> bool:
         """The value into the row's buffers, in order, up to its size."""
         offset = 0
         for address, size in row:
@@ -534,11 +529,11 @@ class MooncakeDistributedStore:
         read for fragment k of key j into buffer i, or a negative code (INVALID_PARAMS for
         a fragment past the object's end or the registered buffer's, or for nested lists
         of different lengths)."""
-        pointers = [_check_int(p, "buffer_ptr") for p in _check_list(buffer_ptrs, "buffer_ptrs")]
-        keys = [_check_keys(row) for row in _check_list(all_keys, "all_keys")]
-        dst = _check_3d(all_dst_offsets, "all_dst_offsets")
-        src = _check_3d(all_src_offsets, "all_src_offsets")
-        sizes = _check_3d(all_sizes, "all_sizes")
+        pointers = [check_int(p, "buffer_ptr") for p in check_list(buffer_ptrs, "buffer_ptrs")]
+        keys = [check_keys(row) for row in check_list(all_keys, "all_keys")]
+        dst = check_3d(all_dst_offsets, "all_dst_offsets")
+        src = check_3d(all_src_offsets, "all_src_offsets")
+        sizes = check_3d(all_sizes, "all_sizes")
         with self._lock:
             refused = _refused_shape(len(pointers), keys, dst)
             if self._open is None or not len(pointers) == len(keys) == len(dst) == \
@@ -556,7 +551,7 @@ class MooncakeDistributedStore:
                                 for j, key in enumerate(keys[i])])
             return results
 
-    def _read_fragments(self, item: _Found, pointer: int, room: int, dst: Sequence[int],
+    def _read_fragments(self, item: Found, pointer: int, room: int, dst: Sequence[int],
                         src: Sequence[int], sizes: Sequence[int]) -> list[int]:
         if not len(dst) == len(src) == len(sizes):
             return [ErrorCode.INVALID_PARAMS] * len(dst)
@@ -574,24 +569,10 @@ class MooncakeDistributedStore:
 
     def get_size(self, key: str) -> int:
         """The value's size in bytes, or Mooncake's code (OBJECT_NOT_FOUND)."""
-        key = _check_key(key)
+        key = check_key(key)
         with self._lock:
             item = self._find([key])[key]
             return item.code or item.size
-
-    def is_exist(self, key: str) -> int:
-        """1 stored, 0 not (as Mooncake's master does, a probe grants a read lease), or a
-        negative code."""
-        return self.batch_is_exist([_check_key(key)])[0]
-
-    def batch_is_exist(self, keys: Sequence[str]) -> list[int]:
-        keys = _check_keys(keys)
-        with self._lock:
-            asked = self._ask(keys, Index.batch_is_exist)
-            if isinstance(asked, int):
-                return [asked] * len(keys)
-            present = dict(zip(*asked))
-            return [int(present.get(key, False)) for key in keys]
 
     def _ask(self, keys: Sequence[str], call: Callable[[Index, list[str]], list[T]]
              ) -> tuple[list[str], list[T]] | int:
@@ -606,22 +587,22 @@ class MooncakeDistributedStore:
         except FAILURES as error:
             return code_of(error)
 
-    def _find(self, keys: Sequence[str]) -> dict[str, _Found]:
+    def _find(self, keys: Sequence[str]) -> dict[str, Found]:
         """Each key's replicas, in one batch_get_replica_desc round trip (read leases)."""
         asked = self._ask(keys, Index.batch_get_replica_desc)
         if isinstance(asked, int):
-            return {key: _Found(asked) for key in keys}
-        found = {key: _Found(ErrorCode.OBJECT_NOT_FOUND) for key in keys}
+            return {key: Found(asked) for key in keys}
+        found = {key: Found(ErrorCode.OBJECT_NOT_FOUND) for key in keys}
         own = self._open.hostname if self._open else ""
         for result in asked[1]:
             if result.error is not None:
-                found[result.key] = _Found(code_of(result.error))
+                found[result.key] = Found(code_of(result.error))
             elif result.value:
                 ordered = sorted(result.value, key=lambda r: r.segment != own)  # local first
-                found[result.key] = _Found(0, tuple(ordered), ordered[0].size)
+                found[result.key] = Found(0, tuple(ordered), ordered[0].size)
         return found
 
-    def _read(self, item: _Found, staged: bool) -> bytes | None:
+    def _read(self, item: Found, staged: bool) -> bytes | None:
         state = self._open
         if item.code or state is None:
             return None
@@ -637,7 +618,7 @@ class MooncakeDistributedStore:
                     return data
         return None
 
-    def _read_into(self, item: _Found, target: memoryview, offset: int = 0) -> bool:
+    def _read_into(self, item: Found, target: memoryview, offset: int = 0) -> bool:
         state = self._open
         assert state is not None
         for replica in item.replicas:
@@ -648,7 +629,7 @@ class MooncakeDistributedStore:
         return False
 
     @staticmethod
-    def _readable_key(state: _Open, key: str) -> bool:
+    def _readable_key(state: OpenStore, key: str) -> bool:
         """A key that can be stored here (any other is simply not stored)."""
         return MooncakeDistributedStore._writable_key(state, key)
 
@@ -657,11 +638,11 @@ class MooncakeDistributedStore:
     def remove(self, key: str, force: bool = False) -> int:
         """0, or Mooncake's code: OBJECT_NOT_FOUND, OBJECT_HAS_LEASE (read lately; force
         removes it all the same)."""
-        return self.batch_remove([_check_key(key)], force)[0]
+        return self.batch_remove([check_key(key)], force)[0]
 
     def batch_remove(self, keys: Sequence[str], force: bool = False) -> list[int]:
-        keys = _check_keys(keys)
-        _check_bool(force, "force")
+        keys = check_keys(keys)
+        check_bool(force, "force")
         with self._lock:
             asked = self._ask(keys, lambda index, valid: index.batch_remove(valid, force=force))
             if isinstance(asked, int):
@@ -682,12 +663,12 @@ class MooncakeDistributedStore:
         many, or INVALID_PARAMS for a pattern that does not compile."""
         if not isinstance(regex_pattern, str):
             raise TypeError(f"regex_pattern must be a str, got {type(regex_pattern).__name__}")
-        _check_bool(force, "force")
+        check_bool(force, "force")
         return self._count(lambda index: index.remove_by_regex(regex_pattern, force=force))
 
     def remove_all(self, force: bool = False) -> int:
         """Remove every object (leased ones only with force): how many."""
-        _check_bool(force, "force")
+        check_bool(force, "force")
         return self._count(lambda index: index.remove_all(force=force))
 
     def _count(self, call: Callable[[Index], int]) -> int:
@@ -703,7 +684,7 @@ class MooncakeDistributedStore:
 # -- setting up ------------------------------------------------------------------------------
 
 
-def _start(options: SetupOptions) -> _Open:
+def _start(options: SetupOptions) -> OpenStore:
     url = options.redis_url()
     namespace = options.namespace_name()
     index = Index.from_url(url, namespace, **_mooncake_defaults(url, namespace))
@@ -711,8 +692,10 @@ def _start(options: SetupOptions) -> _Open:
     try:
         hostname = options.local_hostname
         if not _HOST_PORT.fullmatch(hostname):
-            port_holder = socket.socket()
-            port_holder.bind(("", 0))  # held while the store lives: no other store here has it
+            try:
+                port_holder = hold_client_port(random.Random())
+            except OSError as error:
+                raise SetupError(ErrorCode.INTERNAL_ERROR, str(error)) from None
             hostname = f"{hostname}:{port_holder.getsockname()[1]}"
         try:
             check_name(hostname)
@@ -722,13 +705,16 @@ def _start(options: SetupOptions) -> _Open:
         view_ = placement.SegmentView()
         plane: FileDataPlane | None = None
         keeper: Keeper | None = None
+        mounted: dict[str, int] = {}
         if options.global_segment_size:
             plane = _mount(index, files, hostname, options.global_segment_size)
             store = plane.store
             keeper = Keeper(lambda: _keeper_plane(url, namespace, store),
-                            options.global_segment_size, view_, INTERVAL_S)
+                            lambda: options.global_segment_size + sum(mounted.values()),
+                            view_, INTERVAL_S)
         view_.refresh(index)
-        state = _Open(options, index, files, hostname, port_holder, plane, keeper, view_)
+        state = OpenStore(options, index, files, hostname, port_holder, plane, keeper, view_,
+                          mounted=mounted)
         if keeper is not None:
             keeper.start()
         return state
@@ -739,7 +725,7 @@ def _start(options: SetupOptions) -> _Open:
         raise
 
 
-def _shutdown(state: _Open) -> None:
+def _shutdown(state: OpenStore) -> None:
     try:
         if state.keeper is not None:
             state.keeper.stop()
@@ -753,12 +739,13 @@ def _shutdown(state: _Open) -> None:
             state.files.forget(segment)
     finally:
         state.buffers.clear()
+        state.pool.clear()
         if state.port_holder is not None:
             state.port_holder.close()
         state.index.close()
 
 
-def _shutdown_quietly(state: _Open) -> None:
+def _shutdown_quietly(state: OpenStore) -> None:
     """close() of a store nobody closed (collected, or at exit): errors only logged."""
     try:
         _shutdown(state)
@@ -829,75 +816,13 @@ def _bind_setup(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Any, ..
     return tuple(values[name] for name in _SETUP_PARAMETERS[:7]) + (values["tenant_id"],)
 
 
-# -- checking arguments as Mooncake's binding does (TypeError) -------------------------------
-
-
-def _check_key(key: Any) -> str:
-    if isinstance(key, bytes):
-        key = key.decode("utf-8", errors="strict")
-    if not isinstance(key, str):
-        raise TypeError(f"a key must be a str, got {type(key).__name__}")
-    return key
-
-
-def _check_keys(keys: Any) -> list[str]:
-    return [_check_key(key) for key in _check_list(keys, "keys")]
-
-
-def _check_list(values: Any, what: str) -> list[Any]:
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-        raise TypeError(f"{what} must be a list, got {type(values).__name__}")
-    return list(values)
-
-
-def _check_3d(values: Any, what: str) -> list[list[list[int]]]:
-    return [[[_check_int(v, what) for v in _check_list(inner, what)]
-             for inner in _check_list(row, what)] for row in _check_list(values, what)]
-
-
-def _check_int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise TypeError(f"{what} must be an int >= 0, got {value!r}")
-    return int(value)
-
-
-def _check_bool(value: Any, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{what} must be a bool, got {type(value).__name__}")
-    return value
-
-
-def _check_config(config: Any) -> ReplicateConfig:
-    if config is None:
-        return ReplicateConfig()
-    if not isinstance(config, ReplicateConfig):
-        raise TypeError(f"config must be a ReplicateConfig, got {type(config).__name__}")
-    return config
-
-
-def _bytes_of(value: Any) -> memoryview:
-    """A value's bytes (any buffer-protocol object, as Mooncake's binding takes)."""
-    try:
-        data = memoryview(value)
-    except TypeError:
-        raise TypeError(f"a value must support the buffer protocol, got "
-                        f"{type(value).__name__}") from None
-    if not data.c_contiguous:
-        data = memoryview(data.tobytes())
-    return data.cast("B")
-
-
-Row = list[tuple[int, int]]
-"""A value's buffers: (address, size) each, in order."""
-
-
 def _rows(all_pointers: Any, all_sizes: Any) -> list[Row | None]:
     """The multi-buffer calls' lists, per key (None where its two lists differ in
     length)."""
-    pointers = [[_check_int(p, "buffer_ptr") for p in _check_list(row, "all_buffer_ptrs")]
-                for row in _check_list(all_pointers, "all_buffer_ptrs")]
-    sizes = [[_check_int(n, "size") for n in _check_list(row, "all_sizes")]
-             for row in _check_list(all_sizes, "all_sizes")]
+    pointers = [[check_int(p, "buffer_ptr") for p in check_list(row, "all_buffer_ptrs")]
+                for row in check_list(all_pointers, "all_buffer_ptrs")]
+    sizes = [[check_int(n, "size") for n in check_list(row, "all_sizes")]
+             for row in check_list(all_sizes, "all_sizes")]
     if len(pointers) != len(sizes):
         return [None] * max(len(pointers), len(sizes))
     return [list(zip(p, n)) if len(p) == len(n) else None for p, n in zip(pointers, sizes)]
@@ -905,8 +830,8 @@ def _rows(all_pointers: Any, all_sizes: Any) -> list[Row | None]:
 
 def _single_rows(pointers: Any, sizes: Any) -> list[Row | None]:
     """The single-buffer calls' lists as rows of one buffer each."""
-    return _rows([[p] for p in _check_list(pointers, "buffer_ptrs")],
-                 [[n] for n in _check_list(sizes, "sizes")])
+    return _rows([[p] for p in check_list(pointers, "buffer_ptrs")],
+                 [[n] for n in check_list(sizes, "sizes")])
 
 
 def _joined(row: Row) -> memoryview:
@@ -931,7 +856,7 @@ def _refused_shape(buffers: int, keys: Sequence[Sequence[str]],
     return shaped
 
 
-def _by_soft_pin(state: _Open, pages: list[Page], config: ReplicateConfig,
+def _by_soft_pin(state: OpenStore, pages: list[Page], config: ReplicateConfig,
                  upsert: bool) -> dict[bool, list[Page]]:
     """The pages by whether they are soft-pinned (one write per group: a batch's pins are
     per call). ENABLE pins, DISABLE unpins; PRESERVE leaves a new object unpinned and
