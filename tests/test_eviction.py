@@ -42,11 +42,14 @@ def test_the_rfc_example_evicts_leaves_first_then_their_parent(index: Index) -> 
     after_each_round: list[dict[str, bool]] = []
     report = Evictor(index.ctx).run(
         target_ratio=0, on_round=lambda _: after_each_round.append(alive(index, *"ABCDEF")))
-    # B, left a leaf by D and E and older than them, goes in the same round (the cascade
-    # evicts it inside the round's calls); A keeps C, which keeps the leased F.
-    assert after_each_round[0] == {"A": True, "B": False, "C": True, "D": False, "E": False,
+    # A job's first round takes one leaf (D, the oldest), the next up to two: E, and B,
+    # left a leaf by E and older than it, goes in that same round (the cascade evicts it
+    # inside the round's calls); A keeps C, which keeps the leased F.
+    assert after_each_round[0] == {"A": True, "B": True, "C": True, "D": False, "E": True,
                                    "F": True}
-    assert report.stopped == NOTHING_EVICTABLE and report.leaves == 3 and report.rounds == 1
+    assert after_each_round[1] == {"A": True, "B": False, "C": True, "D": False, "E": False,
+                                   "F": True}
+    assert report.stopped == NOTHING_EVICTABLE and report.leaves == 3 and report.rounds == 2
     assert alive(index, *"ACF") == {"A": True, "C": True, "F": True}
     assert_consistent(index)
 

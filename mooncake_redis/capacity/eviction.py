@@ -11,7 +11,11 @@ script, level by level. A parent left as a leaf no younger than the round's late
 is evicted in that same call (it would have been chosen had it been a leaf), within the
 bytes the round still needs; any other goes on the heap with its own score and competes
 in the next round. The order is exact up to one round (a shard whose candidates are all
-used up is read again before its unread leaves could be older than the next pick).
+used up is read again before its unread leaves could be older than the next pick). A
+job's first round takes one leaf, and each round after twice as many as the one before
+(up to leaves_per_round): a round counts only its leaves' own bytes when it chooses them,
+so where the cascade of the oldest leaf up its chain frees what is needed (long chains
+have one leaf each), a wide first round would have taken the newest chains' leaves too.
 Soft-pinned leaves wait for a second pass; hard pins never go. Only with
 allow_path_breaking_eviction, and only when no leaf is evictable, the objects of interior
 nodes go (they stay as shells).
@@ -260,13 +264,16 @@ class Evictor:
             passes.append(Candidates(self.ctx, "soft_leaves", depth, soft=True))
         self._passes = passes
         report.stopped = ROUND_LIMIT
+        width = 1  # leaves a round may take: doubles each round, up to leaves_per_round
         for _ in range(rounds):
             if report.used_bytes <= target:
                 report.stopped = TARGET_REACHED
                 return
             self._lock(token, "renew")
             before = report.bytes
-            freed = self._round(passes, report.used_bytes - target, report)
+            freed = self._round(passes, report.used_bytes - target, report,
+                                min(width, settings.leaves_per_round))
+            width *= 2
             freed_bytes = report.bytes - before
             if not freed:
                 report.stopped = NOTHING_EVICTABLE
@@ -280,12 +287,12 @@ class Evictor:
         if report.used_bytes <= target:
             report.stopped = TARGET_REACHED
 
-    def _round(self, passes: list[Candidates], need_bytes: int, report: EvictionReport) -> int:
-        """One round: the plain leaves, else the soft-pinned ones whose pins lapsed, else
-        (by option) any soft-pinned ones, else (by option) interior nodes. Returns the
-        objects evicted."""
+    def _round(self, passes: list[Candidates], need_bytes: int, report: EvictionReport,
+               limit: int) -> int:
+        """One round of at most `limit` leaves: the plain leaves, else the soft-pinned ones
+        whose pins lapsed, else (by option) any soft-pinned ones, else (by option) interior
+        nodes. Returns the objects evicted."""
         now_ms = self.ctx.redis_time_ms()
-        limit = self.ctx.settings.leaves_per_round
         for candidates in passes:
             chosen = candidates.take(need_bytes, limit, now_ms)
             if chosen:
