@@ -217,6 +217,22 @@ class Index:
                            ) -> list[Result[None]]:
         return self._put(items, soft_pin, hard_pin, "upsert_start", "upsert_start", wait_ms)
 
+    def upsert(self, key: str, size: int, parent_block_hash: str | None = None,
+               soft_pin: bool = False, hard_pin: bool = False,
+               replicas: Sequence[ReplicaSpec] | None = None, *,
+               wait_ms: int | None = None) -> None:
+        """The one-phase put that may replace a stored object (Mooncake's Upsert): the new
+        object is complete at once; the replaced one's replicas are announced in a
+        `replaced` event with the time after which they may be freed."""
+        self._raise_single(self.batch_upsert([(key, size, parent_block_hash, replicas)],
+                                             soft_pin=soft_pin, hard_pin=hard_pin,
+                                             wait_ms=wait_ms))
+
+    def batch_upsert(self, items: Iterable[PutItem], soft_pin: bool = False,
+                     hard_pin: bool = False, *, wait_ms: int | None = None
+                     ) -> list[Result[None]]:
+        return self._put(items, soft_pin, hard_pin, "upsert", "upsert", wait_ms)
+
     def upsert_end(self, key: str) -> None:
         """Complete an upsert (as put_end)."""
         self.put_end(key)

@@ -224,3 +224,23 @@ def test_an_eviction_that_meets_another_job_waits_for_it_and_runs(plane: FileDat
     assert not done.is_alive()
     assert jobs == [LOCK_HELD, TARGET_REACHED]  # then it ran its own
     assert plane.index.usage().objects == 0 and files_on_disk(plane.store.directory) == {}
+
+
+@pytest.mark.parametrize("backend", ["redis"])
+def test_a_chain_of_pages_is_stored_with_one_script_call(plane: FileDataPlane) -> None:
+    """DESIGN v4 item 3: the bytes are on disk before the metadata, so the one-phase put
+    records a whole chain (parents, replicas, events) in one call on a single Redis; no
+    object is ever processing."""
+    client = plane.index.client
+    chain = [Page(f"{n:064x}_0_k", b"x" * 100, f"{n - 1:064x}" if n else None)
+             for n in range(1, 17)]
+    plane.put(chain[:1])  # scripts loaded, settings read
+    client.config_resetstat()
+    assert plane.put(chain[1:]) == [True] * 15
+    calls = client.info("commandstats")
+    assert calls["cmdstat_evalsha"]["calls"] == 1
+    assert "cmdstat_eval" not in calls
+    for page in chain:
+        (info,) = plane.index.batch_get([page.key])
+        assert info.value is not None and info.value.state == "complete"
+    assert plane.index.match_prefix([page.key[:64] for page in chain]) == 16

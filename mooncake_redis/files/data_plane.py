@@ -2,8 +2,8 @@
 and eviction in the Index, files deleted when the Index's events say so.
 
 What both examples/file_data_plane.py and the SGLang HiCache backend (hicache.py) do with
-pages, written once: store a chain of pages (bytes first, then put_start with the page's
-parent and a replica naming the file, then put_end), read pages back through their
+pages, written once: store a chain of pages (bytes first, then the one-phase put with the
+page's parent and a replica naming the file), read pages back through their
 replica descriptors, and free the bytes of objects the store let go (release). Capacity
 is the segment's: when usage passes the high watermark, or a put is refused for space,
 the data plane runs an eviction job itself (evict_inline; with RQ workers and a monitor
@@ -266,20 +266,23 @@ def write_pages(index: Index, pages: Sequence[Page],
                 evict: Callable[[float | None], object] | None = None,
                 watermark: bool = True) -> list[Result[None]]:
     """Store pages: each page's bytes into a new file on each of its stores (a replica
-    each), then one batch_put_start (batch_upsert_start with upsert) and one batch_put_end
-    round trip. Per page its Result: ok, or the error that refused it; a refused page
-    leaves no file (ObjectAlreadyExists: stored already, by this or another writer). With
-    evict (an eviction job to a target ratio; None: the usual one), a page refused for
-    space gets one retry after a job that leaves room for it, and, with watermark, a job
-    runs when usage ends above the high watermark (one more usage() read per call), before
-    the pages are completed, so that it evicts older pages rather than these."""
+    each), then one batch_put (batch_upsert with upsert): the one-phase put, one round
+    trip, the pages complete and announced at once. Per page its Result: ok, or the error
+    that refused it; a refused page leaves no file (ObjectAlreadyExists: stored already, by
+    this or another writer). With evict (an eviction job to a target ratio; None: the
+    usual one), a page refused for space gets one retry after a job that leaves room for
+    it, and, with watermark, a job runs first when these pages would take usage above the
+    high watermark (one usage() read per call): the pages, complete at once, are never
+    what the job evicts to make room for them."""
+    if evict is not None and watermark and _would_pass_watermark(index, pages):
+        evict(room_for(index, pages))
     replicas: dict[str, list[Replica]] = {}
     try:
         for page in pages:
             replicas[page.key] = []
             for store in stores[page.key]:
                 replicas[page.key].append(store.write(page.key, page.data))
-        results = _put_start(index, pages, replicas, soft_pin, hard_pin, upsert)
+        results = _put(index, pages, replicas, soft_pin, hard_pin, upsert)
     except OutcomeUnknown:
         raise  # the objects may be stored, naming these files: keep them
     except BaseException:
@@ -288,23 +291,25 @@ def write_pages(index: Index, pages: Sequence[Page],
     full = [page for page in pages if isinstance(results[page.key].error, NoSpace)]
     if full and evict is not None:
         evict(room_for(index, full))
-        results.update(_put_start(index, full, replicas, soft_pin, hard_pin, upsert))
+        results.update(_put(index, full, replicas, soft_pin, hard_pin, upsert))
     _delete(stores, replicas, [key for key, result in results.items() if not result.ok])
-    if evict is not None and watermark and \
-            index.usage().ratio > index.settings.high_watermark:
-        evict(None)  # before put_end: this call's pages, still processing, are not taken
-    finished = [key for key, result in results.items() if result.ok]
-    for result in index.batch_put_end(finished):
-        if not result.ok:  # a put_end refused: an event frees its files
-            results[result.key] = result
     return [results[page.key] for page in pages]
 
 
-def _put_start(index: Index, pages: Sequence[Page], replicas: Mapping[str, Sequence[Replica]],
-               soft_pin: bool, hard_pin: bool, upsert: bool) -> dict[str, Result[None]]:
-    start = index.batch_upsert_start if upsert else index.batch_put_start
-    results = start([(page.key, len(page.data), page.parent, replicas[page.key])
-                     for page in pages], soft_pin=soft_pin, hard_pin=hard_pin)
+def _would_pass_watermark(index: Index, pages: Sequence[Page]) -> bool:
+    """Whether storing the pages (a replica each on its stores) would take usage above
+    the high watermark."""
+    usage = index.usage()
+    need = sum(len(page.data) for page in pages)
+    return bool(usage.capacity_bytes) and \
+        usage.used_bytes + need > index.settings.high_watermark * usage.capacity_bytes
+
+
+def _put(index: Index, pages: Sequence[Page], replicas: Mapping[str, Sequence[Replica]],
+         soft_pin: bool, hard_pin: bool, upsert: bool) -> dict[str, Result[None]]:
+    put = index.batch_upsert if upsert else index.batch_put
+    results = put([(page.key, len(page.data), page.parent, replicas[page.key])
+                   for page in pages], soft_pin=soft_pin, hard_pin=hard_pin)
     return {result.key: result for result in results}
 
 

@@ -6,8 +6,9 @@ Each store mounts a segment named as Mooncake names a client's (get_hostname():
 `<local_hostname>:<port>`, the port one this store holds for its life), of
 global_segment_size bytes, whose bytes are files in its directory under the namespace's
 data root (segment_files.py); a put writes the value to a file on each segment placement
-chose (placement.py), then records the object with those replicas (batch_put_start and
-batch_put_end); a get reads a replica under the read lease batch_get_replica_desc grants.
+chose (placement.py), then records the object with those replicas (batch_put, the
+one-phase put: the bytes are in place); a get reads a replica under the read lease
+batch_get_replica_desc grants.
 What eviction, removal, an unmount or an upsert frees reaches each segment's owner on
 the events streams, and its keeper thread deletes the files (keeper.py).
 docs/INTEGRATIONS.md lists every method: what is the same as Mooncake, what differs, why.
