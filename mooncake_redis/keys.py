@@ -32,13 +32,12 @@ share one slot and one script can update them atomically.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import ConfigurationError
-from .prefix import V4_LAYOUT, ShardLayout, shard_finder
+from .prefix import V4_LAYOUT, ShardLayout, TextMemo, digest_tags, shard_finder
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _NAMESPACE_MARKER = re.compile(
@@ -92,10 +91,15 @@ class KeySchema:
         self.shards = layout.shards
         self.shard: Callable[[str], str] = shard_finder(layout.shard_count, layout.tag_width)
         """The shard a prefix's node lives in (prefix.shard_of in this layout)."""
+        self._digest_tags = digest_tags(layout.shard_count, layout.tag_width)
         self._shards: dict[str, ShardKeys] = {}
-        self.node: Callable[[str], str] = functools.lru_cache(maxsize=1 << 16)(self._node)
+        self.node: Callable[[str], str] = TextMemo(self._node).__getitem__
         """The node hash of a prefix: it holds the node and every object of the prefix
         (cached: an engine names the same pages' nodes request after request)."""
+
+    def digest_shard(self, digest: str) -> str:
+        """`shard` of a prefix the caller knows is a 64-hex digest: a table lookup."""
+        return self._digest_tags[digest[:2]]
 
     def tag(self, shard: str) -> str:
         return f"{self.namespace}:{{{shard}}}"

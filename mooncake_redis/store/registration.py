@@ -67,6 +67,9 @@ Prepared = tuple[str, str, str, int, "str | None", str]
 """A put's item as Index checked it: (key, prefix hash, suffix, size, parent hash or None,
 packed replicas or '')."""
 
+OK_REPLIES = frozenset("OK" + flag for flag in LINK_FLAGS)
+"""put.lua's answers for a written item ('OK' and its link flag)."""
+
 SEND_AGAIN = frozenset({ReplyCode.FENCED, ReplyCode.STALE_EPOCH, ReplyCode.CYCLE_CHECK,
                         ReplyCode.NOT_HERE, ReplyCode.NO_SPACE})
 """Refusals the lean path leaves to write(): it sends the item again after what it mends
@@ -112,12 +115,14 @@ def _lean(ctx: Context, items: Sequence[Prepared], pins: int, mode: str
             return None  # named after its child, or a cycle: refuse_in_batch decides
         seen.add(prefix_hash)
     single = ctx.partition is None and not ctx.executor.cluster
-    node_of, shard_of = ctx.node_of, ctx.schema.shard
     settings = ctx.settings
     calls = ctx.calls("put", mode, ctx.token, 0, settings.put_start_discard_timeout_ms,
                       default_shard_limit(settings.capacity_bytes, settings.shard_count),
                       ctx.batch_id(), settings.max_depth)
     digests = all_digests(list(groups))  # each node's field in its parent: its bare hash
+    parents = [group[0] for group in groups.values() if group[0] is not None]
+    node_of, schema = ctx.node_of, ctx.schema
+    shard_of = schema.digest_shard if digests and all_digests(parents) else schema.shard
     add = calls.items
     for prefix_hash, (parent, positions, objects) in groups.items():
         shard = shard_of(prefix_hash)
@@ -134,7 +139,7 @@ def _lean(ctx: Context, items: Sequence[Prepared], pins: int, mode: str
     calls.queue(batch)
     results: list[Result[None] | None] = [None] * len(items)
     for position, reply in calls.per_item(batch.execute()):
-        if reply.__class__ is str and reply.startswith("OK"):
+        if reply.__class__ is str and reply in OK_REPLIES:
             results[position] = Result(items[position][0])
         elif isinstance(reply, MooncakeRedisError):
             results[position] = Result(items[position][0], error=reply)
