@@ -10,8 +10,10 @@ Re-runs itself under valgrind. On a private redis-server (16 shards) the pages
 (chat-shaped, with parents) and one leaf page under each are stored; then the op runs
 over the leaf pages, 500 pages (1,000 keys) a call: remove (batch_remove), get
 (batch_get, a lease each), is_exist (batch_is_exist), match_prefix (the 500 leaf hashes;
-all match, so two round trips a call). The first call is not counted (imports, scripts
-loaded); the floor replays every pipeline the counted calls sent, one round trip each.
+all match, so two round trips a call); or stores them (only the pages stored before):
+put (batch_put, the one-phase put with parents), put_start_end (batch_put_start with
+parents, then batch_put_end). The first call is not counted (imports, scripts loaded);
+the floor replays every pipeline the counted calls sent, one round trip each.
 """
 
 from __future__ import annotations
@@ -31,12 +33,14 @@ from .common import bench_server, chunks, open_index, store_pages
 from .instructions import CALL_PAGES, counted
 from .read_floor import Floor, recording
 from .registration import checked, pages_of
-from .trees import page_keys, random_hash
+from .trees import page_keys, put_items, random_hash
 
 INSIDE = "MOONCAKE_CLIENT_CALLGRIND_OUT"
 """Set (to the output file's stem) when this process runs under callgrind."""
 
-OPS = ("remove", "get", "is_exist", "match_prefix")
+OPS = ("remove", "get", "is_exist", "match_prefix", "put", "put_start_end")
+WRITES = ("put", "put_start_end")
+"""Ops that store the leaf pages (with their parents) rather than find them stored."""
 
 
 def call_of(index: Any, op: str) -> Callable[[list[str]], Any]:
@@ -49,9 +53,15 @@ def call_of(index: Any, op: str) -> Callable[[list[str]], Any]:
         if index.match_prefix(hashes) < 1:
             raise RuntimeError("match_prefix: the first page did not match")
 
+    def put_start_end(items: list[Any]) -> None:
+        checked(index.batch_put_start(items))
+        checked(index.batch_put_end([key for key, _, _ in items]))
+
     return {"remove": lambda keys: checked(index.batch_remove(keys)),
             "get": lambda keys: checked(index.batch_get(keys)),
-            "is_exist": is_exist, "match_prefix": match_prefix}[op]
+            "is_exist": is_exist, "match_prefix": match_prefix,
+            "put": lambda items: checked(index.batch_put(items)),
+            "put_start_end": put_start_end}[op]
 
 
 def measure(op: str, pages_count: int, out: Path) -> tuple[float, float]:
@@ -61,10 +71,13 @@ def measure(op: str, pages_count: int, out: Path) -> tuple[float, float]:
         pages = pages_of(7, pages_count)
         rng = random.Random(11)
         leaves = [(random_hash(rng), page) for page, _ in pages]
-        store_pages(index, iter(pages + leaves), len(pages + leaves), "store")
-        if op == "match_prefix":
-            units: list[list[str]] = [[page for page, _ in group]
-                                      for group in chunks(leaves, CALL_PAGES)]
+        stored = pages if op in WRITES else pages + leaves
+        store_pages(index, iter(stored), len(stored), "store")
+        units: list[list[Any]]
+        if op in WRITES:
+            units = [put_items(group) for group in chunks(leaves, CALL_PAGES)]
+        elif op == "match_prefix":
+            units = [[page for page, _ in group] for group in chunks(leaves, CALL_PAGES)]
         else:
             units = [[key for page, _ in group for key in page_keys(page)]
                      for group in chunks(leaves, CALL_PAGES)]

@@ -1,22 +1,28 @@
-"""redis-server's instructions per page of the registration hot path, counted by valgrind's
-callgrind: unlike CPU time, the count does not move with the machine's load, so a change
-to a script can be measured on a busy machine in seconds (docs/BENCHMARKS.md, section 11).
+"""redis-server's instructions per page of the hot paths, next to the floor's (what Redis
+itself needs for the same work: benchmarks/floor_lua/), counted by valgrind's callgrind:
+unlike CPU time, the count does not move with the machine's load, so it can be compared
+on a busy machine (docs/BENCHMARKS.md).
 
     python -m benchmarks.instructions [--pages 2000] [--shards 16] [--no-parent]
     python -m benchmarks.instructions --commands   # one redis.call's cost in a script
 
-One redis-server under callgrind; per phase (the floor's register.lua, batch_put_start
-with parents, batch_put_end; 500 pages a call, 16 shards unless told) the counters are zeroed before
-and dumped after, and the phase's instructions divided by its pages. A phase's count
-includes everything the server does for it: reading the commands, the scripts and the
-commands they call, the replies. A get phase follows (batch_get of the same keys, a lease
-granted each: grant_lease), counted per object; then two removal phases, per removed object
-(batch_remove of whole pages, 500 pages a call, the cascade included): as many leaf
-pages, one under each page (each node dies and is unlinked from its parent, which
-stays: the common case), then the pages themselves, newest first (chains: a page whose
-child went in the same call dies in the cascade's unlink). Last, single calls (put_start,
-put_end, get, remove of one key without a parent), counted per call: there the per-call
-cost (the command, the script's prelude, TIME, the stats) is all there is.
+One redis-server under callgrind, counting only what serves clients; per phase the
+counters are zeroed before and dumped after, and the phase's instructions divided by its
+pages (objects, requests). A phase's count includes everything the server does for it:
+reading the commands, the scripts and the commands they call, the replies. Every
+namespace writes its events (events_max_len's default), the floor too. Phases, each in a
+namespace of its own:
+- the one-phase put (batch_put with parents) and the floor's register.lua of the same
+  pages, at 16 pages a call (an engine request's) and at 500;
+- batch_put_start with parents + batch_put_end (500 a call); batch_get (a lease each),
+  per object; removal per removed object (batch_remove of whole pages, 500 a call, the
+  cascade included): a leaf page under each page, then the pages, newest first;
+- single calls (one key, no parent), per call: the per-call cost is all there is;
+- the engine request (benchmarks/engine_client.py: batch_is_exist of a 24-72-page chain,
+  batch_put of its 16 new pages) against the floor (the same HMGETs in a pipeline, then
+  register.lua), per request;
+- eviction: a job down to half the tree (oldest leaves first, chains cascading) against
+  the floor's evict.lua taking as many leaves of the same tree, per evicted object.
 """
 
 from __future__ import annotations
@@ -36,13 +42,20 @@ from typing import Any
 import redis
 
 from mooncake_redis import Index
+from mooncake_redis.capacity.eviction import Evictor
+from mooncake_redis.settings import Settings
 
 from .common import chunks
+from .engine_client import requests as engine_requests
 from .floor import FloorScripts
 from .registration import checked, pages_of
 from .trees import KEYS_PER_PAGE, OBJECT_BYTES, page_keys, put_items, random_hash
 
 CALL_PAGES = 500
+CALL_SIZES = (16, CALL_PAGES)
+"""Pages a call: an engine request's, and a big batch's."""
+ENGINE_CONVERSATIONS = 6
+TURNS_PER_CONVERSATION = 4
 SHARDS = 16
 WARM_UP_PAGES = 100
 SINGLE_CALLS = 300
@@ -107,79 +120,168 @@ class CountedServer:
 
 
 def run(pages_count: int, parents: bool, shards: int = SHARDS) -> dict[str, float]:
-    """Instructions per page of each phase (get and remove: per object)."""
+    """Instructions per page of each phase (get and remove: per object; engine: per
+    request; evict: per evicted object)."""
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed")
     with tempfile.TemporaryDirectory(prefix="mooncake-callgrind-") as out_dir:
         server = CountedServer(Path(out_dir))
         try:
-            # leases of 1 ms: the get phase grants them as usual, and they are over before
-            # the removal phases (which would refuse a leased object)
-            ours = Index.from_url(server.url, namespace="ours", shard_count=shards,
-                                  lease_ttl_ms=1)
-            floor = Index.from_url(server.url, namespace="floor", shard_count=shards)
-            scripts = FloorScripts(server.client)
-            pages = pages_of(7, WARM_UP_PAGES + pages_count)
-            warm, pages = pages[:WARM_UP_PAGES], pages[WARM_UP_PAGES:]
-
-            def items(group: Sequence[Any]) -> list[tuple[str, int, str | None]]:
-                return put_items(group if parents else [(page, None) for page, _ in group])
-
-            def store(group: Sequence[Any]) -> None:
-                stored = items(group)
-                checked(ours.batch_put_start(stored))
-                checked(ours.batch_put_end([key for key, _, _ in stored]))
-
-            def removals(group: Sequence[Any]) -> list[list[str]]:
-                return [[key for page, _ in part for key in page_keys(page)]
-                        for part in chunks(group, CALL_PAGES)]
-
-            store(warm)
-            scripts.register(floor, warm)
-            groups = [items(group) for group in chunks(pages, CALL_PAGES)]
-            rng = random.Random(11)
-            leaves = [(random_hash(rng), page) for page, _ in pages]
-            leaf_keys, page_keys_newest = removals(leaves), removals(pages[::-1])
-            phases: list[tuple[str, Callable[[], Any]]] = [
-                ("floor", lambda: [scripts.register(floor, group)
-                                   for group in chunks(pages, CALL_PAGES)]),
-                ("put_start", lambda: [checked(ours.batch_put_start(group))
-                                       for group in groups]),
-                ("put_end", lambda: [checked(ours.batch_put_end([key for key, _, _ in group]))
-                                     for group in groups]),
-                ("get", lambda: [checked(ours.batch_get([key for key, _, _ in group]))
-                                 for group in groups]),
-                ("", lambda: [store(group) for group in chunks(leaves, CALL_PAGES)]),
-                ("remove_leaves", lambda: [checked(ours.batch_remove(keys))
-                                           for keys in leaf_keys]),
-                ("remove_pages", lambda: [checked(ours.batch_remove(keys))
-                                          for keys in page_keys_newest]),
-            ]
-            singles = [page_keys(random_hash(rng))[0] for _ in range(SINGLE_CALLS)]
-            phases += [
-                ("single_put_start", lambda: [ours.put_start(key, OBJECT_BYTES)
-                                              for key in singles]),
-                ("single_put_end", lambda: [ours.put_end(key) for key in singles]),
-                ("single_get", lambda: [ours.get(key) for key in singles]),
-                ("single_remove", lambda: [ours.remove(key) for key in singles]),
-            ]
-            counts = {}
-            for name, work in phases:  # '': setup, not counted
-                if name:
-                    counts[name] = server.count(work) / len(pages)
-                else:
-                    work()
-            for name in ("single_put_start", "single_put_end", "single_get", "single_remove"):
-                counts[name] = counts[name] * len(pages) / len(singles)
-            counts["get"] /= KEYS_PER_PAGE
-            counts["remove_leaves"] /= KEYS_PER_PAGE
-            counts["remove_pages"] /= KEYS_PER_PAGE
-            ours.close()
-            floor.close()
+            counts = _phases(server, pages_count, parents, shards)
         finally:
             server.close()
-    counts["ratio"] = (counts["put_start"] + counts["put_end"]) / counts["floor"]
+    for size in CALL_SIZES:
+        counts[f"ratio_put_{size}"] = counts[f"put_{size}"] / counts[f"floor_{size}"]
+    counts["ratio"] = (counts["put_start"] + counts["put_end"]) / counts[f"floor_{CALL_PAGES}"]
+    counts["ratio_engine"] = counts["engine"] / counts["engine_floor"]
+    counts["ratio_evict"] = counts["evict"] / counts["evict_floor"]
     return counts
+
+
+def _phases(server: CountedServer, pages_count: int, parents: bool,
+            shards: int) -> dict[str, float]:
+    events = Settings().events_max_len  # every namespace writes its events, as by default
+    scripts = FloorScripts(server.client)
+    rng = random.Random(11)
+    counts: dict[str, float] = {}
+
+    def index(name: str, **settings: Any) -> Index:
+        # leases of 1 ms: the get phase grants them as usual, and they are over before the
+        # removal and eviction phases (which would refuse a leased object)
+        return Index.from_url(server.url, namespace=name, shard_count=shards, lease_ttl_ms=1,
+                              **settings)
+
+    def items(group: Sequence[Any]) -> list[tuple[str, int, str | None]]:
+        return put_items(group if parents else [(page, None) for page, _ in group])
+
+    def fresh(seed: int) -> tuple[list[Any], list[Any]]:
+        """Warm-up pages (the parents of none of the counted ones) and counted pages."""
+        pages = pages_of(seed, WARM_UP_PAGES + pages_count)
+        return pages[:WARM_UP_PAGES], pages[WARM_UP_PAGES:]
+
+    # the one-phase put and the floor, at a request's size and at a big batch's
+    for size in CALL_SIZES:
+        warm, pages = fresh(size)
+        counts.update(_put_and_floor(server, scripts, index(f"floor{size}"),
+                                     index(f"put{size}"), items, warm, pages, size, events))
+
+    # put_start + put_end (the two-phase put of writers that reserve first), get, removal
+    ours = index("ours")
+    warm, pages = fresh(7)
+    checked(ours.batch_put(items(warm)))
+    groups = [items(group) for group in chunks(pages, CALL_PAGES)]
+    leaves = [(random_hash(rng), page) for page, _ in pages]
+
+    def removals(group: Sequence[Any]) -> list[list[str]]:
+        return [[key for page, _ in part for key in page_keys(page)]
+                for part in chunks(group, CALL_PAGES)]
+
+    leaf_keys, page_keys_newest = removals(leaves), removals(pages[::-1])
+    phases: list[tuple[str, Callable[[], Any]]] = [
+        ("put_start", lambda: [checked(ours.batch_put_start(group)) for group in groups]),
+        ("put_end", lambda: [checked(ours.batch_put_end([key for key, _, _ in group]))
+                             for group in groups]),
+        ("get", lambda: [checked(ours.batch_get([key for key, _, _ in group]))
+                         for group in groups]),
+        ("", lambda: [checked(ours.batch_put(put_items(group)))
+                      for group in chunks(leaves, CALL_PAGES)]),
+        ("remove_leaves", lambda: [checked(ours.batch_remove(keys)) for keys in leaf_keys]),
+        ("remove_pages", lambda: [checked(ours.batch_remove(keys))
+                                  for keys in page_keys_newest]),
+    ]
+    singles = [page_keys(random_hash(rng))[0] for _ in range(SINGLE_CALLS)]
+    phases += [
+        ("single_put", lambda: [ours.put(key, OBJECT_BYTES) for key in singles]),
+        ("single_get", lambda: [ours.get(key) for key in singles]),
+        ("single_remove", lambda: [ours.remove(key) for key in singles]),
+        ("single_put_start", lambda: [ours.put_start(key, OBJECT_BYTES) for key in singles]),
+        ("single_put_end", lambda: [ours.put_end(key) for key in singles]),
+    ]
+    for name, work in phases:  # '': setup, not counted
+        if name:
+            counts[name] = server.count(work) / len(pages)
+        else:
+            work()
+    for name in [name for name, _ in phases if name.startswith("single_")]:
+        counts[name] = counts[name] * len(pages) / len(singles)
+    for name in ("get", "remove_leaves", "remove_pages"):
+        counts[name] /= KEYS_PER_PAGE
+    ours.close()
+    counts.update(_engine(server, index, scripts, events))
+    counts.update(_eviction(server, index, scripts, fresh(9)[1], events))
+    return counts
+
+
+def _put_and_floor(server: CountedServer, scripts: FloorScripts, floor: Index, ours: Index,
+                   items: Callable[[Sequence[Any]], list[Any]], warm: Sequence[Any],
+                   pages: Sequence[Any], size: int, events: int) -> dict[str, float]:
+    scripts.register(floor, warm, events)
+    checked(ours.batch_put(items(warm)))
+    groups = list(chunks(pages, size))
+    puts = [items(group) for group in groups]
+    counted = {
+        f"floor_{size}": server.count(lambda: [scripts.register(floor, group, events)
+                                               for group in groups]) / len(pages),
+        f"put_{size}": server.count(lambda: [checked(ours.batch_put(group))
+                                             for group in puts]) / len(pages)}
+    floor.close()
+    ours.close()
+    return counted
+
+
+def _engine(server: CountedServer, index: Callable[..., Index], scripts: FloorScripts,
+            events: int) -> dict[str, float]:
+    """An engine request (benchmarks/engine_client.py: check a 24-72-page chain, store 16
+    new pages with parents), ours and the floor's (the same HMGETs, register.lua)."""
+    ours, floor = index("engine"), index("enginefloor")
+    node = floor.schema.node
+    fields = [f"o:{key[64:]}" for key in page_keys("0" * 64)]
+    stream = list(engine_requests(0, ENGINE_CONVERSATIONS, 5))
+    for keys, new in stream[:TURNS_PER_CONVERSATION]:  # one conversation to warm up
+        ours.batch_is_exist(keys)
+        checked(ours.batch_put(put_items(new)))
+        scripts.register(floor, new, events)
+    stream = stream[TURNS_PER_CONVERSATION:]
+
+    def theirs() -> None:
+        for keys, new in stream:
+            pipe = server.client.pipeline(transaction=False)
+            for key in keys[::KEYS_PER_PAGE]:
+                pipe.hmget(node(key[:64]), fields)
+            pipe.execute()
+            scripts.register(floor, new, events)
+
+    counted = {
+        "engine": server.count(lambda: [(ours.batch_is_exist(keys),
+                                         checked(ours.batch_put(put_items(new))))
+                                        for keys, new in stream]) / len(stream),
+        "engine_floor": server.count(theirs) / len(stream)}
+    ours.close()
+    floor.close()
+    return counted
+
+
+def _eviction(server: CountedServer, index: Callable[..., Index], scripts: FloorScripts,
+              pages: Sequence[Any], events: int) -> dict[str, float]:
+    """Instructions per evicted object: an eviction job of ours taking half the pages
+    (oldest leaves first, chains cascading) and the floor's evict.lua taking as many
+    leaves from the same tree."""
+    bytes_ = len(pages) * KEYS_PER_PAGE * OBJECT_BYTES
+    ours = index("evict", capacity_bytes=bytes_, high_watermark=1.0)
+    floor = index("evictfloor")
+    for group in chunks(pages, CALL_PAGES):
+        checked(ours.batch_put(put_items(group)))
+        scripts.register(floor, group, events)
+    report: list[Any] = []
+    ours_count = server.count(lambda: report.append(Evictor(ours.ctx).run(target_ratio=0.5)))
+    (done,) = report
+    floor_result: list[tuple[int, int]] = []
+    floor_count = server.count(lambda: floor_result.append(scripts.evict(floor, done.leaves,
+                                                                          events)))
+    ours.close()
+    floor.close()
+    return {"evict": ours_count / done.objects,
+            "evict_floor": floor_count / floor_result[0][1]}
 
 
 COMMANDS = {
@@ -256,16 +358,23 @@ def main() -> None:
             print(f"{cost:>9,.0f}  {name}")
         return
     counts = run(args.pages, not args.no_parent, args.shards)
-    print(f"instructions per page ({args.pages} pages, {args.shards} shards, {CALL_PAGES} a call"
-          f"{', no parents' if args.no_parent else ''}): floor {counts['floor']:,.0f}, "
-          f"put_start {counts['put_start']:,.0f}, put_end {counts['put_end']:,.0f}; "
-          f"(put_start + put_end) / floor {counts['ratio']:.2f}; "
-          f"per object got (a lease each): get {counts['get']:,.0f}; "
-          f"per removed object: remove_leaves {counts['remove_leaves']:,.0f}, "
-          f"remove_pages {counts['remove_pages']:,.0f}; "
-          f"per single call (one key, no parent): put_start {counts['single_put_start']:,.0f}, "
-          f"put_end {counts['single_put_end']:,.0f}, get {counts['single_get']:,.0f}, "
-          f"remove {counts['single_remove']:,.0f}")
+    print(f"redis-server instructions ({args.pages} pages, {args.shards} shards"
+          f"{', no parents' if args.no_parent else ''}; events on, as by default)")
+    for size in CALL_SIZES:
+        print(f"  one-phase put, {size} pages a call: {counts[f'put_{size}']:,.0f} a page; "
+              f"the floor {counts[f'floor_{size}']:,.0f}; ratio "
+              f"{counts[f'ratio_put_{size}']:.2f}")
+    print(f"  put_start + put_end, {CALL_PAGES} a call: {counts['put_start']:,.0f} + "
+          f"{counts['put_end']:,.0f} a page; ratio to the floor {counts['ratio']:.2f}")
+    print(f"  engine request (check a 24-72-page chain, put 16 pages): "
+          f"{counts['engine']:,.0f}; the floor {counts['engine_floor']:,.0f}; ratio "
+          f"{counts['ratio_engine']:.2f}")
+    print(f"  eviction, a job to half the tree: {counts['evict']:,.0f} an object; the floor "
+          f"{counts['evict_floor']:,.0f}; ratio {counts['ratio_evict']:.2f}")
+    print(f"  per object got (a lease each): {counts['get']:,.0f}; per removed object: "
+          f"leaves {counts['remove_leaves']:,.0f}, pages {counts['remove_pages']:,.0f}")
+    print("  single calls (one key, no parent): " + ", ".join(
+        f"{name[7:]} {counts[name]:,.0f}" for name in counts if name.startswith("single_")))
 
 
 if __name__ == "__main__":
