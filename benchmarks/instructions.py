@@ -42,7 +42,6 @@ from typing import Any
 import redis
 
 from mooncake_redis import Index
-from mooncake_redis.capacity.eviction import Evictor
 from mooncake_redis.settings import Settings
 
 from .common import chunks
@@ -273,7 +272,7 @@ def _eviction(server: CountedServer, index: Callable[..., Index], scripts: Floor
         checked(ours.batch_put(put_items(group)))
         scripts.register(floor, group, events)
     report: list[Any] = []
-    ours_count = server.count(lambda: report.append(Evictor(ours.ctx).run(target_ratio=0.5)))
+    ours_count = server.count(lambda: report.append(ours.evict(target_ratio=0.5)))
     (done,) = report
     floor_result: list[tuple[int, int]] = []
     floor_count = server.count(lambda: floor_result.append(scripts.evict(floor, done.leaves,

@@ -116,15 +116,17 @@ def test_one_leaf_per_round_is_the_ideal_leaf_first_order(
     assert exact.ideal_watermark_usable_prefix_hit_rate < exact.ideal_usable_prefix_hit_rate
 
 
-def test_rounds_of_many_leaves_trim_chains_instead_of_dropping_the_oldest(
+def test_widening_rounds_keep_the_exact_order_where_a_job_frees_few_pages(
     runs: dict[tuple[str, int], ServiceRunMetrics],
 ) -> None:
-    """A round of 64 takes the tips of up to 64 chains before their parents can compete:
-    many chains lose a page instead of the oldest losing all of theirs. On this shape
-    (70 % of requests extend one of the last 100) the shortened chains are reused, so the
-    service does better than the exact order: measured +2.5 points."""
+    """A job's first round takes one leaf and each next round twice as many (up to 64):
+    the jobs of this trace free a few pages each, so they take them nearly in the exact
+    leaf-first order. Measured +0.1 point over one leaf a round; before rounds widened, a
+    first round of 64 took the tips of many chains at once and the rate moved +2.5 points
+    away from the exact order."""
     exact, rounds = runs["radix", 1], runs["radix", 64]
-    assert rounds.usable_prefix_hit_rate > exact.usable_prefix_hit_rate + 0.01
+    assert rounds.usable_prefix_hit_rate == pytest.approx(exact.usable_prefix_hit_rate,
+                                                          abs=0.01)
 
 
 def _served(url: str, namespace: str, mode: str, chains: list[list[int]],
