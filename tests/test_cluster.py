@@ -164,17 +164,8 @@ def test_the_write_step_waits_for_the_link_step_on_another_master(
 def migrate_slot(cluster: LocalCluster, slot: int, source: RedisServer,
                  target: RedisServer) -> None:
     """Move a slot with its keys, as redis-cli --cluster reshard does."""
-    source_client, target_client = cluster.client(source), cluster.client(target)
-    source_id = source_client.execute_command("CLUSTER", "MYID")
-    target_id = target_client.execute_command("CLUSTER", "MYID")
-    target_client.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
-    source_client.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
-    while keys := source_client.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
-        source_client.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000,
-                                      "KEYS", *keys)
-    for server in (target, source, *(m for m in cluster.masters() if m not in (source, target))):
-        cluster.client(server).execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
-    cluster.wait_until_healthy()
+    assert cluster.owner(slot).port == source.port
+    cluster.move_slot(slot, target).run()
 
 
 def test_moved_after_a_slot_migration_refreshes_the_slot_map(
