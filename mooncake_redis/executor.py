@@ -262,9 +262,9 @@ class Executor:
         self._policy = policy
         self._cluster = isinstance(client, RedisCluster)
         self._last_failure = ""
+        """The last connection error a pipeline met, for the error that gives up."""
         self._map_reads = 0
         """How many times this client has read the slot map again (_refresh)."""
-        """The last connection error a pipeline met, for the error that gives up."""
         self.at_maxmemory = False
         """Redis refused a write of this client for memory (OOM) and has not taken a
         growing script (put_start, register) since: scripts are then told to free the

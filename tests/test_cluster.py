@@ -23,10 +23,12 @@ from redis.cluster import ClusterNode
 from redis.crc import key_slot
 from redis_cluster import LocalCluster
 from redis_server import RedisServer
+from script_calls import ScriptCalls
 
 from mooncake_redis import ConfigurationError, Index, MooncakeRedisError, ReplicationIncomplete
 from mooncake_redis.executor import CrossSlotCall, load_scripts
 from mooncake_redis.operations.fsck import FsckReport, check
+from mooncake_redis.scripts import SCRIPT_NAMES
 from mooncake_redis.tree.links import pending_member
 
 LIVENESS_DEADLINE_S = 60
@@ -398,3 +400,46 @@ def test_a_failover_loses_a_suffix_of_one_masters_writes_and_fsck_repairs_the_li
     print(f"\nrolled back one master: {len(lost)} of {len(load.acknowledged)} acknowledged "
           f"puts lost, fsck after the resolver {dict(report.counts)}")
     assert_losses_explained(index, report, lost, slots_of(redis_cluster, victim))
+
+
+# -- every script, each call on keys of one node ----------------------------------------
+
+
+def test_every_script_runs_on_the_cluster_on_keys_of_one_node(
+        redis_cluster: LocalCluster, cluster_url: str, script_calls: ScriptCalls) -> None:
+    """A workload that calls every script the library loads (scripts.SCRIPT_NAMES) on the
+    3-master cluster: each call's keys (its KEYS and those it builds from the shard tags
+    of its packed argument) are in slots of the one master it went to, and no call was
+    refused for a key elsewhere. A script added without a way here to run it fails this."""
+    calls = script_calls
+    index = Index.from_url(cluster_url, namespace="every", capacity_bytes=16 * 64)
+    chain = [page(f"every-{number}") for number in range(24)]
+    index.mount_segment("seg", 1 << 20)
+    results = index.batch_put_start([(f"{h}_0_k", 1, p) for h, p in zip(chain, [None, *chain])])
+    assert all(r.ok for r in results), results
+    assert all(r.ok for r in index.batch_put_end([f"{h}_0_k" for h in chain[:12]]))
+    leaves = [page(f"every-put-{n}") for n in range(8)]
+    assert all(r.ok for r in index.batch_put([(f"{h}_1_k", 1, None) for h in leaves]))
+    index.batch_register_radix_tree_node([(page(f"every-reg-{n}"), chain[-1], [])
+                                          for n in range(4)])
+    index.put(f"{page('every-seg')}_0_k", 1, replicas=[("seg", "0x1")])
+    index.batch_get([f"{h}_0_k" for h in chain[:4]])
+    index.remove(f"{chain[-1]}_0_k", force=True)
+    consumer = index.events(start="earliest", block_ms=0, follow=False)
+    consumer.read()
+    consumer.close()
+    index.unmount_segment("seg")
+    report = index.evict(target_ratio=0.0)
+    assert report.objects > 0, report
+    for h, p in zip(chain[:3], [None, *chain[:2]]):  # a tree to damage, as test_fsck does
+        index.put(f"{h}_2_k", 1, parent_block_hash=p)
+    index.client.hset(index.ctx.schema.node(chain[1]), "b", 999)
+    index.client.hset(index.ctx.schema.shard_keys(index.ctx.shard(chain[0])).stats,
+                      "objects", 5)
+    index.client.hset(index.ctx.schema.node(chain[0]), chain[1], "abc")
+    check(index.ctx, repair=True)
+    index.resolve(grace_ms=0)
+    owner_of = {slot: f"127.0.0.1:{redis_cluster.owner(slot).port}"
+                for call in calls.calls for slot in call.slots}
+    calls.assert_served_where_sent(owner_of)
+    assert set(SCRIPT_NAMES) - calls.scripts() == set()

@@ -18,7 +18,7 @@ where the test puts it. Three stages:
 Each time every item lands exactly once (its object there, the shards' counters exact,
 one 'stored' event per object of a one-phase put), nothing is half-written (invariant S
 after every batch, fsck clean), every result is the right one, and every script call
-named keys of one node (tests/script_calls.py).
+named keys of one node (conftest.py script_calls).
 """
 
 from __future__ import annotations
@@ -43,13 +43,6 @@ NAMESPACE = "mig"
 @pytest.fixture
 def index(cluster_url: str) -> Index:
     return Index.from_url(cluster_url, namespace=NAMESPACE)
-
-
-@pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptCalls]:
-    recorder = ScriptCalls().install(monkeypatch)
-    yield recorder
-    recorder.assert_one_node_each()
 
 
 @pytest.fixture
@@ -175,7 +168,7 @@ def migrating(cluster: LocalCluster, index: Index, shard: str,
 
 def test_reads_follow_ask_while_a_slot_migrates(
         redis_cluster: LocalCluster, index: Index, moves: list[SlotMove],
-        monkeypatch: pytest.MonkeyPatch, calls: ScriptCalls) -> None:
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Read-only commands of a migrating slot are answered at once: a key gone from the
     source is read on the target after ASKING, without waiting for the move to end."""
     chain = pages("read", 48)
@@ -197,7 +190,7 @@ def test_reads_follow_ask_while_a_slot_migrates(
 @pytest.mark.parametrize("one_phase", [True, False], ids=["put", "put_start-chain"])
 def test_a_batch_meeting_a_migrating_slot_lands_once_the_move_ends(
         redis_cluster: LocalCluster, index: Index, moves: list[SlotMove],
-        monkeypatch: pytest.MonkeyPatch, calls: ScriptCalls, one_phase: bool,
+        monkeypatch: pytest.MonkeyPatch, one_phase: bool,
         ends_at: int) -> None:
     """The migrating shard's calls are refused (ASK, TRYAGAIN, "non local key": nothing of
     them ran); the executor re-reads the slot map and sends them again, split per shard,
@@ -223,8 +216,7 @@ def test_a_batch_meeting_a_migrating_slot_lands_once_the_move_ends(
 
 
 def test_a_batch_refused_until_its_retries_end_wrote_nothing_of_the_migrating_shard(
-        redis_cluster: LocalCluster, cluster_url: str, moves: list[SlotMove],
-        calls: ScriptCalls) -> None:
+        redis_cluster: LocalCluster, cluster_url: str, moves: list[SlotMove]) -> None:
     """A move that outlasts the retries: the batch raises ClusterUnavailable (a library
     error) and the migrating shard holds nothing of it; sent again once the move ended,
     each item lands once, the ones that landed the first time answered as such."""
@@ -259,7 +251,7 @@ def test_a_batch_refused_until_its_retries_end_wrote_nothing_of_the_migrating_sh
 @pytest.mark.parametrize("which", ["routing", "other"])
 def test_a_slot_moved_after_the_map_was_read_is_sent_again_per_shard(
         redis_cluster: LocalCluster, index: Index, moves: list[SlotMove],
-        monkeypatch: pytest.MonkeyPatch, calls: ScriptCalls, which: str) -> None:
+        monkeypatch: pytest.MonkeyPatch, script_calls: ScriptCalls, which: str) -> None:
     """One call per master; one shard of a master's call moves away just before the call
     is sent. The shard whose key routes the call: MOVED; another shard of that call:
     "non local key" at its first key, before any write. Either way the call is sent again
@@ -281,7 +273,7 @@ def test_a_slot_moved_after_the_map_was_read_is_sent_again_per_shard(
     assert_landed_once(index, keys, 64, "complete")
     assert_stored_once(index, keys)
     assert any(call.script == "put" and call.node != f"127.0.0.1:{node}"
-               and slot_of(index, shard) in call.slots for call in calls.calls)
+               and slot_of(index, shard) in call.slots for call in script_calls.calls)
 
 
 # -- stage 3: the slot moved between the two steps of a put --------------------------------
@@ -299,7 +291,7 @@ def cross_master_pair(cluster: LocalCluster, index: Index, name: str) -> tuple[s
 @pytest.mark.parametrize("moved", ["child", "parent", "child-half"])
 def test_a_slot_moved_between_the_steps_of_a_put_lands_it_once(
         redis_cluster: LocalCluster, index: Index, moves: list[SlotMove],
-        monkeypatch: pytest.MonkeyPatch, calls: ScriptCalls, moved: str) -> None:
+        monkeypatch: pytest.MonkeyPatch, moved: str) -> None:
     """A put whose parent is on another master: step 1 lists the child in the parent's
     shard, step 2 writes the child in its own. Between them the child's slot moves (whole,
     or half-way, ending at the executor's pause), or the parent's does (its pending link
