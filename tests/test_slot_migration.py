@@ -36,6 +36,7 @@ from script_calls import ScriptCalls
 
 from mooncake_redis import ClusterUnavailable, Index, Result
 from mooncake_redis.executor import Executor, Queued
+from mooncake_redis.keys import SHARD_KEY_NAMES
 
 NAMESPACE = "mig"
 
@@ -243,6 +244,51 @@ def test_a_batch_refused_until_its_retries_end_wrote_nothing_of_the_migrating_sh
     keys = [f"{h}_0_k" for h in chain]
     assert_landed_once(index, keys, 64, "complete")
     assert_stored_once(index, keys)
+
+
+PLANTED = "planted"
+
+
+@pytest.mark.parametrize("emptied", ["leaves", "fences"])
+def test_a_call_that_empties_a_key_and_writes_it_again_runs_whole_on_a_migrating_slot(
+        redis_cluster: LocalCluster, index: Index, moves: list[SlotMove], emptied: str) -> None:
+    """On the source of a migrating slot a script runs only if every key it touches is
+    still there; but a key it empties (its last member removed) is gone for its next
+    command, which Redis then refuses ("non local key") half-way through the call. A
+    delete empties the leaf index (its only leaf goes, the parent comes in) or the fences
+    (an expired one trimmed, the deleted child's own added): each key must be written in
+    an order that never leaves it empty before its last write. Here every key of the
+    shard is on the source (the link entries planted so that the call may run at all)."""
+    parent = page(f"empties-{emptied}")
+    shard = default_shard(parent)
+    same = [h for h in pages(f"empties-{emptied}", 400) if default_shard(h) == shard]
+    child, soft, other_leaf = same[:3]
+    index.put(f"{parent}_0_k", 1)
+    index.put(f"{child}_0_k", 1, parent_block_hash=parent)
+    index.put(f"{soft}_0_k", 1, soft_pin=True)  # the soft leaf index exists
+    keys = index.ctx.schema.shard_keys(shard)
+    client = index.client
+    if emptied == "fences":  # the leaf index keeps a leaf; the fences only an expired one
+        index.put(f"{other_leaf}_0_k", 1)
+        client.zadd(keys.fences, {page(PLANTED): 1})
+    else:  # the child is the only leaf; a live fence stays
+        client.zadd(keys.fences, {page(PLANTED): index.redis_time_ms()})
+    client.hincrby(keys.stats, "fences", 1)
+    client.zadd(keys.outbox, {PLANTED: 1})
+    client.zadd(keys.pending, {PLANTED: 1})
+    assert all(client.exists(getattr(keys, name)) for name in SHARD_KEY_NAMES)
+    move = redis_cluster.move_slot(slot_of(index, shard), other_master(redis_cluster, index,
+                                                                         shard))
+    moves.append(move)
+    move.open()  # nothing moved yet: every key of the shard is on the source
+    index.remove(f"{child}_0_k")
+    assert index.object_info(f"{child}_0_k") is None
+    move.close()
+    client.zrem(keys.outbox, PLANTED)
+    client.zrem(keys.pending, PLANTED)
+    assert client.zscore(keys.leaves, parent) is not None
+    objects = 3 if emptied == "fences" else 2
+    assert_landed_once(index, [f"{parent}_0_k", f"{soft}_0_k"], objects, "complete")
 
 
 # -- stage 2: the slot moved completely after the client read its slot map -----------------
