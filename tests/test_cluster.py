@@ -10,6 +10,8 @@ conftest.py; this module covers what only a cluster has.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -443,3 +445,42 @@ def test_every_script_runs_on_the_cluster_on_keys_of_one_node(
                 for call in calls.calls for slot in call.slots}
     calls.assert_served_where_sent(owner_of)
     assert set(SCRIPT_NAMES) - calls.scripts() == set()
+
+
+def test_resharding_with_redis_cli_during_registrations_lands_each_put_once() -> None:
+    """`redis-cli --cluster reshard` moves every slot of one master to another while a
+    thread registers chains (cross-master links, two steps each) and completes them: no
+    batch fails (a shard's writes wait out its slot's move), every acknowledged put is
+    there once (the exact counters count them), and fsck finds nothing. A cluster of its
+    own: the session's keeps its slot layout."""
+    cluster = LocalCluster(masters=3)
+    try:
+        index = Index.from_url(cluster.url, namespace="reshard")
+        source, target = cluster.masters()[:2]
+        moved = slots_of(cluster, source)
+        ids = [cluster.client(s).execute_command("CLUSTER", "MYID") for s in (source, target)]
+        load = RegistrationLoad(index, "reshard")
+        load.start()
+        try:
+            load.wait_for(batches=10)
+            reshard = subprocess.run(
+                [shutil.which("redis-cli") or "redis-cli", "--cluster", "reshard",
+                 f"127.0.0.1:{source.port}", "--cluster-from", ids[0], "--cluster-to", ids[1],
+                 "--cluster-slots", str(len(moved)), "--cluster-yes"],
+                capture_output=True, text=True, timeout=LIVENESS_DEADLINE_S * 5)
+            assert reshard.returncode == 0, reshard.stdout[-2000:] + reshard.stderr[-2000:]
+            during = load.batches
+            load.wait_for(batches=during + 10)
+        finally:
+            load.stop()
+        assert slots_of(cluster, source) == set() and moved <= slots_of(cluster, target)
+        print(f"\nresharding {len(moved)} slots: {len(load.acknowledged)} puts acknowledged in "
+              f"{load.batches} batches ({during} before the move ended), failed batches "
+              f"{dict(load.failures)}")
+        assert not load.failures
+        assert [key for key in load.acknowledged if index.object_info(key) is None] == []
+        assert index.usage().objects == len(set(load.acknowledged))
+        report = settled_report(index)
+        assert report.clean, report.problems
+    finally:
+        cluster.stop()
