@@ -120,9 +120,10 @@ class SlotMove:
         self.cluster, self.slot, self.source, self.target = cluster, slot, source, target
         self.source_client, self.target_client = cluster.client(source), cluster.client(target)
         self.target_id = self.target_client.execute_command("CLUSTER", "MYID")
-        self.closed = False
+        self.opened = self.closed = False
 
     def open(self) -> SlotMove:
+        self.opened = True
         source_id = self.source_client.execute_command("CLUSTER", "MYID")
         self.target_client.execute_command("CLUSTER", "SETSLOT", self.slot, "IMPORTING",
                                            source_id)

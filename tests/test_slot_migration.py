@@ -53,6 +53,8 @@ def moves(redis_cluster: LocalCluster) -> Iterator[list[SlotMove]]:
     made: list[SlotMove] = []
     yield made
     for move in reversed(made):
+        if not move.opened:
+            continue  # the test ended before it began
         if not move.closed:
             move.close()
         move.back()
