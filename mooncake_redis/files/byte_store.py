@@ -24,6 +24,7 @@ import secrets
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import quote, unquote
 
 import blake3
@@ -78,9 +79,14 @@ class FileByteStore:
 
     def __init__(self, directory: str | os.PathLike[str], segment: str, medium: str = "disk"):
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
         self.segment = segment
         self.medium = medium
+        self.make_directory()
+
+    def make_directory(self) -> None:
+        """Create the directory if it is not there (again: a live store's keeper removes the
+        directory of a segment that was unmounted, once it is empty)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
 
     # -- bytes ---------------------------------------------------------------------------
 
@@ -89,17 +95,26 @@ class FileByteStore:
         so a reader never sees half of it); the replica to give put_start."""
         name = f"{quote(key, safe='')}@{secrets.token_hex(8)}-{digest(data)}{SUFFIX}"
         temporary = self.directory / f".{name}.tmp"
-        with open(temporary, "wb") as out:
+        with self._created(temporary) as out:
             out.write(data)
         os.replace(temporary, self.directory / name)
         return Replica(self.segment, name, self.medium, len(data))
+
+    def _created(self, path: Path) -> BinaryIO:
+        """A new file in the directory, open for writing; the directory is made again if
+        it is gone (a live store's keeper removed it while the segment was unmounted)."""
+        try:
+            return open(path, "wb")
+        except FileNotFoundError:
+            self.make_directory()
+            return open(path, "wb")
 
     def reserve(self, key: str, size: int) -> Replica:
         """A new file of size zero bytes (sparse where the filesystem allows), to be filled
         in place with write_at before the object is completed. Its name carries no
         digest: the bytes are not known yet."""
         name = f"{quote(key, safe='')}@{secrets.token_hex(8)}{SUFFIX}"
-        with open(self.directory / name, "wb") as out:
+        with self._created(self.directory / name) as out:
             out.truncate(size)
         return Replica(self.segment, name, self.medium, size)
 

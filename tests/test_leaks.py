@@ -1,0 +1,94 @@
+"""Killed Mooncake drop-in stores leave nothing behind (issue 34 item 3b), with no monitor:
+the live stores' keepers unmount the dead stores' segments once their heartbeats are
+older than segment_heartbeat_timeout_ms (Redis TIME), and delete what the dead left (their
+segments' files, the files they wrote into live segments and never put, the .tmp of a cut
+write) once older than the grace. The stores are child processes
+(scripts/measure_leaks.py child); victims are SIGKILLed with the writers still writing.
+Time is controlled, not waited out: a short heartbeat timeout (a setting), and the
+writers' keepers' clock moved an hour on once they stopped writing; every wait is on the
+state, with a hang guard."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clock import CHILD_GUARD_S, read_line, wait_until
+
+from mooncake_redis import Index
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "measure_leaks.py"
+_spec = importlib.util.spec_from_file_location("measure_leaks", SCRIPT)
+assert _spec and _spec.loader
+leaks = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(leaks)
+
+
+@pytest.fixture(name="children")
+def children_fixture() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for child in started:
+        if child.poll() is None:
+            child.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(CHILD_GUARD_S)
+
+
+def tell(child: subprocess.Popen[str], command: str, what: str) -> list[str]:
+    assert child.stdin is not None and child.stdout is not None
+    child.stdin.write(command + "\n")
+    child.stdin.flush()
+    return read_line(child.stdout, what).split()
+
+
+def test_killed_stores_leave_no_segment_no_file_and_no_tmp(
+        redis_url: str, tmp_path: Path, children: list[subprocess.Popen[str]]) -> None:
+    index = Index.from_url(redis_url, leaks.NAMESPACE,
+                           segment_heartbeat_timeout_ms=leaks.HEARTBEAT_TIMEOUT_MS)
+    data_dir = tmp_path / "data"
+
+    def spawn(mode: str, preferred: str = "") -> tuple[subprocess.Popen[str], str]:
+        child = leaks.spawn(redis_url, data_dir, mode, preferred)
+        children.append(child)
+        assert child.stdout is not None
+        word, host = read_line(child.stdout, f"a {mode} store's setup").split()
+        assert word == "ready"
+        return child, host
+
+    writers, hosts = zip(*(spawn("writer") for _ in range(2)))
+    modes = ["cut", "orphan", "victim", "victim"]
+    victims = [spawn(mode, hosts[n % 2]) for n, mode in enumerate(modes)]
+    dead = {host for _, host in victims}
+    for (victim, _), mode in zip(victims, modes):
+        assert victim.stdout is not None
+        if mode == "victim":
+            assert read_line(victim.stdout, "a victim's puts").split() == ["going"]
+            victim.kill()  # the writers go on writing
+        assert victim.wait(CHILD_GUARD_S) == -9
+    wait_until(lambda: not dead & set(index.usage().segments),
+               "the live keepers to unmount the dead stores' segments",
+               leaks.HEARTBEAT_TIMEOUT_MS / 1000 + 60)
+    for writer in writers:
+        assert tell(writer, "stop", "a writer's last put") == ["stopped"]
+    before: dict[str, Any] = leaks.leaks(index, data_dir, dead)
+    assert before["tmp_files"] == 1 and before["orphan_files"] >= 1  # what the dead left
+    for writer in writers:
+        assert tell(writer, "collect", "a writer's clock") == ["collecting", "True"]
+    wait_until(lambda: not any(leaks.leaks(index, data_dir, dead).values()),
+               "the live keepers to collect every orphan and .tmp", 60)
+    after = leaks.leaks(index, data_dir, dead)
+    files, temporary, directories = leaks.disk(data_dir)
+    stored = leaks.stored_files(index)
+    assert files == stored  # every registered replica has its file, and no other file
+    assert temporary == 0 and directories == set(hosts) == set(index.usage().segments)
+    assert {replica[0] for replica in stored} <= set(hosts)
+    print(f"\nkilled drop-in stores: before {before}, after {after}", file=sys.stderr)
+    for writer in writers:
+        assert tell(writer, "close", "a writer's close") == ["closed", "0"]
