@@ -13,9 +13,9 @@ phase:
    the others still writing (every fourth inside a file write, every fourth between its
    file and its put, the rest at a random moment). Counted once the dead segments' owners
    are past the heartbeat timeout and the survivors' keepers had 20 rounds: dead segments
-   still registered, files no stored object names (and their bytes), temporary files of
-   cut writes; then ("after") again once the survivors' keepers ran with their clocks past
-   the grace.
+   still registered, the files in their directories (and bytes), files no stored object
+   names (and bytes), temporary files of cut writes, registered replicas without a file;
+   then ("after") again once the survivors' keepers ran with their clocks past the grace.
 On a version without the later collection, "later" and "after" count what stays for good.
 
     .venv/bin/python scripts/measure_leaks.py child URL NAMESPACE DATA_DIR MODE [PREFERRED]
@@ -123,17 +123,12 @@ def _commands(store: Any, stop: threading.Event) -> None:
 
 def stored_files(index: Any) -> dict[tuple[str, str], int]:
     """(segment, file name) -> size of every replica the index holds."""
-    from mooncake_redis.tree.matching import scan_node_keys
-    from mooncake_redis.values import decode_object, split_node
-
-    found = {}
-    for page in scan_node_keys(index.ctx):
-        for node_key in page:
-            for value in split_node(index.client.hgetall(node_key)).objects.values():
-                stored = decode_object(value)
-                for replica in stored.replicas if stored else ():
-                    found[(replica.segment, replica.location)] = stored.size
-    return found
+    reader = index.events()
+    try:
+        return {(replica.segment, replica.location): stored.size
+                for stored in reader.list_all() for replica in stored.replicas}
+    finally:
+        reader.close()
 
 
 def disk(data_dir: Path) -> tuple[dict[tuple[str, str], int], int, set[str]]:
@@ -162,7 +157,9 @@ def leaks(index: Any, data_dir: Path, dead: set[str]) -> dict[str, int]:
     files, temporary, directories = disk(data_dir)
     stored = stored_files(index)
     orphans = {name: size for name, size in files.items() if name not in stored}
+    of_dead = {name: size for name, size in files.items() if name[0] in dead}
     return {"dead_segments_registered": len(dead & set(index.usage().segments)),
+            "dead_segments_files": len(of_dead), "dead_segments_bytes": sum(of_dead.values()),
             "orphan_files": len(orphans), "orphan_bytes": sum(orphans.values()),
             "tmp_files": temporary, "dead_directories": len(dead & directories),
             "stored_without_file": len(set(stored) - set(files))}

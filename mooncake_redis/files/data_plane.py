@@ -215,16 +215,18 @@ class FileDataPlane:
         now_ms = self.index.redis_time_ms()
         self._add(total, self.store.release(self.waiting, now_ms))
         self.waiting = total.waiting
+        lost = set()
         for item in self.events:  # follow=False: ends once every stream is read to its end
             if isinstance(item, EventsLost):
                 if item.shard is not None:
-                    self._add(total, self._resync(item.shard))
+                    lost.add(item.shard)
             else:
                 self._add(total, self.store.release([item], now_ms))
         self.events.close()  # ack the last one
         self.waiting = total.waiting
-        for shard in [shard for shard, due in self.due.items() if due <= self.clock()]:
-            self._add(total, self._resync(shard))  # what an earlier resync spared
+        lost |= {shard for shard, due in self.due.items() if due <= self.clock()}
+        if lost:  # and the shards whose spared files are past the grace now
+            self._add(total, self._resync(lost))
         if self.sweep_interval_s is not None and self.next_sweep <= self.clock():
             self.next_sweep = self.clock() + self.sweep_interval_s
             self._add(total, self.sweep())
@@ -240,17 +242,21 @@ class FileDataPlane:
         return self.store.collect(lambda key: True, live, self.resync_min_age_s,
                                   self.clock())
 
-    def _resync(self, shard: str) -> Released:
-        """collect() the shard's files from its listing; a shard whose young files were
-        spared is due again once they are past the grace."""
-        live = {replica.location for stored in self.events.list_shard(shard)
+    def _resync(self, shards: set[str]) -> Released:
+        """collect() the shards' files from their listing (one shard's, or the namespace's
+        for several); shards whose young files were spared are due again once the first
+        of those is past the grace."""
+        listing = self.events.list_shard(next(iter(shards))) if len(shards) == 1 else \
+            self.events.list_all()
+        live = {replica.location for stored in listing
                 for replica in stored.replicas if self.store.is_ours(replica)}
-        released = self.store.collect(lambda key: self._shard_of(key) == shard, live,
+        released = self.store.collect(lambda key: self._shard_of(key) in shards, live,
                                       self.resync_min_age_s, self.clock())
-        if released.due is None:
-            self.due.pop(shard, None)
-        else:
-            self.due[shard] = released.due
+        for shard in shards:
+            if released.due is None:
+                self.due.pop(shard, None)
+            else:
+                self.due[shard] = released.due
         return released
 
     def _shard_of(self, key: str) -> str | None:
