@@ -48,8 +48,12 @@ def tell(child: subprocess.Popen[str], command: str, what: str) -> list[str]:
     return read_line(child.stdout, what).split()
 
 
+@pytest.mark.parametrize("backend", ["redis", "cluster"])
 def test_killed_stores_leave_no_segment_no_file_and_no_tmp(
-        redis_url: str, tmp_path: Path, children: list[subprocess.Popen[str]]) -> None:
+        backend: str, request: pytest.FixtureRequest, tmp_path: Path,
+        children: list[subprocess.Popen[str]]) -> None:
+    redis_url = str(request.getfixturevalue("redis_url" if backend == "redis"
+                                            else "cluster_url"))
     index = Index.from_url(redis_url, leaks.NAMESPACE,
                            segment_heartbeat_timeout_ms=leaks.HEARTBEAT_TIMEOUT_MS)
     data_dir = tmp_path / "data"
