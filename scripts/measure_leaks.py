@@ -141,8 +141,12 @@ def disk(data_dir: Path) -> tuple[dict[tuple[str, str], int], int, set[str]]:
     files, temporary, directories = {}, 0, set()
     for directory in data_dir.glob(f"{DIRECTORY_PREFIX}*"):
         segment = unquote(directory.name[len(DIRECTORY_PREFIX):])
+        try:
+            paths = list(directory.iterdir())
+        except FileNotFoundError:  # a keeper removed it meanwhile
+            continue
         directories.add(segment)
-        for path in directory.iterdir():
+        for path in paths:
             with contextlib.suppress(FileNotFoundError):
                 if path.name.endswith(".tmp"):
                     temporary += 1

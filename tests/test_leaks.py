@@ -82,7 +82,7 @@ def test_killed_stores_leave_no_segment_no_file_and_no_tmp(
     for writer in writers:
         assert tell(writer, "stop", "a writer's last put") == ["stopped"]
     before: dict[str, Any] = leaks.leaks(index, data_dir, dead)
-    assert before["tmp_files"] == 1 and before["orphan_files"] >= 1  # what the dead left
+    assert before["tmp_files"] >= 1 and before["orphan_files"] >= 1  # what the dead left
     for writer in writers:
         assert tell(writer, "collect", "a writer's clock") == ["collecting", "True"]
     wait_until(lambda: not any(leaks.leaks(index, data_dir, dead).values()),
