@@ -197,7 +197,7 @@ def test_lost_events_are_made_up_for_from_the_shards_listing(make_index: IndexFa
         r.location: 4 for r in plane.replicas([keep.key]) if r}
 
 
-@pytest.mark.parametrize("backend", ["redis"])
+@pytest.mark.parametrize("backend", ["redis", "cluster"])
 def test_files_a_resync_spared_are_collected_by_a_later_pass(make_index: IndexFactory,
                                                              tmp_path: Path) -> None:
     """Issue 34 item 3a: eviction's events lost (trimmed from the stream, as the cap does
