@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,9 @@ import pytest
 from clock import CHILD_GUARD_S, read_line, wait_until
 
 from mooncake_redis import Index
+from mooncake_redis.files.data_plane import Page, write_pages
+from mooncake_redis.mooncake.keeper import GRACE_S, mount
+from mooncake_redis.mooncake.segment_files import SegmentFiles
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "measure_leaks.py"
 _spec = importlib.util.spec_from_file_location("measure_leaks", SCRIPT)
@@ -96,3 +101,27 @@ def test_killed_stores_leave_no_segment_no_file_and_no_tmp(
     print(f"\nkilled drop-in stores: before {before}, after {after}", file=sys.stderr)
     for writer in writers:
         assert tell(writer, "close", "a writer's close") == ["closed", "0"]
+
+
+def test_a_collection_from_a_stale_registry_keeps_a_new_puts_file(redis_url: str,
+                                                                  tmp_path: Path) -> None:
+    """The race the grace guards, step by step: a keeper reads the registry while segment
+    S is unmounted; S's owner (only slow, not dead) mounts it again and puts an object on
+    a new file; the keeper then collects S's directory from its stale read. The put's
+    file is younger than the grace: it stays, and the object keeps its bytes; the file
+    S's owner left from before its unmount goes (grace 0 would delete both)."""
+    index = Index.from_url(redis_url, "race")
+    files = SegmentFiles(tmp_path)
+    store = files.own("s:1")
+    old = store.write("before", b"x" * 10)
+    an_hour_ago = time.time() - 3600
+    os.utime(store.directory / old.location, (an_hour_ago, an_hour_ago))
+    registered = index.usage().segments  # the keeper's read: S is not registered
+    mount(index, "s:1", 1 << 20)  # its owner is back
+    (result,) = write_pages(index, [Page("after", b"new bytes")], {"after": [store]})
+    assert result.ok
+    released = files.collect_dead(registered, GRACE_S, time.time())
+    assert (released.deleted, released.spared) == (1, 1)
+    (replica,) = index.get_replica_desc("after")
+    assert store.read(replica) == b"new bytes"
+    assert sorted(os.listdir(store.directory)) == [replica.location]
