@@ -500,6 +500,15 @@ class Index:
         """Tell the store the segment's owner is alive (segment_heartbeat_timeout_ms)."""
         segments.heartbeat(self.ctx, name)
 
+    def unmount_silent_segments(
+            self, on_page: Callable[[segments.UnmountReport], None] | None = None
+    ) -> list[segments.UnmountReport]:
+        """Unmount every mounted segment whose owner's last heartbeat is older than
+        segment_heartbeat_timeout_ms by Redis TIME (0: never): what the monitor does every
+        interval, and a Mooncake drop-in store's keeper every round. on_page is called
+        after each page of a sweep (a keeper heartbeats its own segment there)."""
+        return segments.unmount_silent(self.ctx, on_page)
+
     def evict(self, target_ratio: float | None = None) -> EvictionReport:
         """Run one eviction job now, in this process: down to target_ratio of capacity
         (default high_watermark - eviction_ratio). target_ratio=0 frees everything

@@ -100,6 +100,30 @@ def test_heartbeats_and_the_silent_segments_unmounted(make_index: IndexFactory,
     assert index.usage().segments == {}
 
 
+def test_an_unmount_cut_short_is_finished_once_its_owner_is_silent(
+        make_index: IndexFactory) -> None:
+    """Issue 34 item 3b: whoever unmounted a dead segment died mid-sweep: it stayed
+    unmounting for good (only mounted segments were checked); the next check finishes
+    it once the owner's heartbeat is older than the timeout, by Redis TIME."""
+    index = make_index(segment_heartbeat_timeout_ms=1)
+    index.mount_segment(SEGMENT, 1 << 20)
+    index.batch_put([(f"{n:064x}_0_k", 10, None, [(SEGMENT, f"0x{n}")]) for n in range(40)])
+
+    def die(report: segments_module.UnmountReport) -> None:
+        raise KeyboardInterrupt  # the process unmounting it is killed after a page
+
+    with pytest.raises(KeyboardInterrupt):
+        segments_module.unmount(index.ctx, SEGMENT, on_page=die)
+    assert not index.usage().segments[SEGMENT].mounted
+    since = segments_module.read_segments(index.ctx)[SEGMENT].heartbeat_ms
+    wait_for_redis_time(index, since + 2)
+    reports = index.unmount_silent_segments()
+    assert [(r.segment, r.done) for r in reports] == [(SEGMENT, True)]
+    assert index.usage().segments == {} and index.usage().objects == 0
+    with pytest.raises(SegmentNotMounted):
+        index.segment_heartbeat(SEGMENT)
+
+
 def build_forest(index: Index, chains: int, depth: int) -> int:
     """`chains` chains of `depth` nodes, two objects per node: `_0_k` on SEGMENT only,
     `_1_k` on SEGMENT and "other" for nodes at even depth (so they outlive the unmount),

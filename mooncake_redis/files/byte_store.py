@@ -17,13 +17,14 @@ namespace cannot make the data plane read or delete a file elsewhere.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
-import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import quote, unquote
 
 import blake3
@@ -37,6 +38,8 @@ SUFFIX = ".bin"
 _NAME = re.compile(r"([A-Za-z0-9_.~%-]*)@([0-9a-f]{16})(?:-([0-9a-f]{16}))?\.bin")
 """<quoted key>@<tag>-<digest>.bin: the only names the store writes, reads or deletes
 (names without -<digest>, written by earlier releases, are still read and deleted)."""
+_TEMPORARY = re.compile(r"\.(.+)\.tmp")
+""".<name>.tmp: a file being written (write), left behind when the writer was cut off."""
 
 NAME_MAX = 255
 """The longest file name the filesystems in use take (ext4, xfs, tmpfs)."""
@@ -58,6 +61,11 @@ class Released:
     """Their bytes."""
     waiting: list[Event] = field(default_factory=list)
     """`replaced` events whose free_after is still ahead: pass them again later."""
+    spared: int = 0
+    """Files collect() kept because they are younger than its grace (a put may be under
+    way): a later collect takes them if no stored object names them by then."""
+    due: float | None = None
+    """When (clock seconds) the first spared file is past the grace."""
 
 
 def digest(data: bytes | memoryview) -> str:
@@ -71,9 +79,14 @@ class FileByteStore:
 
     def __init__(self, directory: str | os.PathLike[str], segment: str, medium: str = "disk"):
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
         self.segment = segment
         self.medium = medium
+        self.make_directory()
+
+    def make_directory(self) -> None:
+        """Create the directory if it is not there (again: a live store's keeper removes the
+        directory of a segment that was unmounted, once it is empty)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
 
     # -- bytes ---------------------------------------------------------------------------
 
@@ -82,17 +95,26 @@ class FileByteStore:
         so a reader never sees half of it); the replica to give put_start."""
         name = f"{quote(key, safe='')}@{secrets.token_hex(8)}-{digest(data)}{SUFFIX}"
         temporary = self.directory / f".{name}.tmp"
-        with open(temporary, "wb") as out:
+        with self._created(temporary) as out:
             out.write(data)
         os.replace(temporary, self.directory / name)
         return Replica(self.segment, name, self.medium, len(data))
+
+    def _created(self, path: Path) -> BinaryIO:
+        """A new file in the directory, open for writing; the directory is made again if
+        it is gone (a live store's keeper removed it while the segment was unmounted)."""
+        try:
+            return open(path, "wb")
+        except FileNotFoundError:
+            self.make_directory()
+            return open(path, "wb")
 
     def reserve(self, key: str, size: int) -> Replica:
         """A new file of size zero bytes (sparse where the filesystem allows), to be filled
         in place with write_at before the object is completed. Its name carries no
         digest: the bytes are not known yet."""
         name = f"{quote(key, safe='')}@{secrets.token_hex(8)}{SUFFIX}"
-        with open(self.directory / name, "wb") as out:
+        with self._created(self.directory / name) as out:
             out.truncate(size)
         return Replica(self.segment, name, self.medium, size)
 
@@ -206,23 +228,47 @@ class FileByteStore:
         return released
 
     def collect(self, in_scope: Callable[[str], bool], live: Collection[str],
-                min_age_s: float) -> Released:
-        """Delete the files no stored object names (after events were lost): those whose
-        key is in scope, not in `live` (the locations stored objects name) and older than
-        min_age_s (younger ones may belong to a put still under way)."""
+                grace_s: float, now: float) -> Released:
+        """Delete the files no stored object names (after events were lost, or a writer
+        died between its file and its put): those whose key is in scope, not in `live` (the
+        locations stored objects name) and older than grace_s at `now` (seconds, the
+        filesystem's clock: younger ones may belong to a put still under way; they are
+        counted in `spared`); and the temporary files of cut writes older than grace_s."""
         released = Released()
-        oldest = time.time() - min_age_s
-        self._delete_all([name for name, key, mtime in self._entries()
-                          if name not in live and mtime <= oldest and in_scope(key)],
-                         released)
+        oldest = now - grace_s
+        doomed: list[str] = []
+        temporary: list[str] = []
+        for name, key, mtime, finished in self._entries():
+            if (finished and name in live) or not in_scope(key):
+                continue
+            if mtime > oldest:
+                released.spared += 1
+                due = mtime + grace_s
+                released.due = due if released.due is None else min(released.due, due)
+            else:
+                (doomed if finished else temporary).append(name)
+        self._delete_all(doomed, released)
+        for name in temporary:
+            with contextlib.suppress(FileNotFoundError):
+                size = (self.directory / name).stat().st_size
+                (self.directory / name).unlink()
+                released.deleted += 1
+                released.bytes += size
         return released
 
-    def _entries(self) -> list[tuple[str, str, float]]:
+    def _entries(self) -> list[tuple[str, str, float, bool]]:
+        """(file name, key, mtime, finished) of our finished files and of the temporary
+        files of writes (finished False)."""
         found = []
         for entry in os.scandir(self.directory):
-            match = _NAME.fullmatch(entry.name)
-            if match and entry.is_file():
-                found.append((entry.name, unquote(match.group(1)), entry.stat().st_mtime))
+            temporary = _TEMPORARY.fullmatch(entry.name)
+            match = _NAME.fullmatch(temporary.group(1) if temporary else entry.name)
+            if match is None:
+                continue
+            with contextlib.suppress(FileNotFoundError):  # deleted meanwhile
+                if entry.is_file():
+                    found.append((entry.name, unquote(match.group(1)),
+                                  entry.stat().st_mtime, temporary is None))
         return found
 
     def _locations_of(self, key: str) -> list[str]:

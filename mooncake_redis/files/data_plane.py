@@ -57,18 +57,30 @@ class FileDataPlane:
 
     def __init__(self, index: Index, store: FileByteStore, capacity_bytes: int | None = None,
                  *, evict_inline: bool = True, group: str | None = None,
-                 consumer: str = "data-plane", resync_min_age_s: float = 60.0):
+                 consumer: str = "data-plane", resync_min_age_s: float = 60.0,
+                 sweep_interval_s: float | None = None,
+                 clock: Callable[[], float] = time.time):
         """capacity_bytes: mount the store's segment with it, unless it is mounted already
         (another process of the same data plane did); None: it must be mounted.
         group, consumer: this data plane's events consumer (default group
         "files:<segment>": every process of one directory shares it, each event goes to
         one of them; a restarted process must keep its consumer name to get the events it
-        had not acked). resync_min_age_s: after lost events, files younger than this are
-        kept (a put may be under way)."""
+        had not acked). resync_min_age_s: the grace of a file no stored object names:
+        younger ones are kept (a put may be under way) until a later release() finds them
+        old enough. sweep_interval_s: release() also sweeps the whole store (sweep())
+        first thing and then every so often; None: never. clock: the time in seconds
+        files' ages are measured with (the filesystem's; tests move it on)."""
         self.index = index
         self.store = store
         self.evict_inline = evict_inline
         self.resync_min_age_s = resync_min_age_s
+        self.sweep_interval_s = sweep_interval_s
+        self.clock = clock
+        self.next_sweep = clock()
+        """When release() sweeps next (with sweep_interval_s)."""
+        self.due: dict[str, float] = {}
+        """Shards whose resync spared files: when the first of them is past the grace
+        (release() resynchronises the shard again then)."""
         if capacity_bytes is not None:
             with contextlib.suppress(SegmentExists):
                 index.mount_segment(store.segment, capacity_bytes)
@@ -203,21 +215,49 @@ class FileDataPlane:
         now_ms = self.index.redis_time_ms()
         self._add(total, self.store.release(self.waiting, now_ms))
         self.waiting = total.waiting
+        lost = set()
         for item in self.events:  # follow=False: ends once every stream is read to its end
             if isinstance(item, EventsLost):
                 if item.shard is not None:
-                    self._add(total, self._resync(item.shard))
+                    lost.add(item.shard)
             else:
                 self._add(total, self.store.release([item], now_ms))
         self.events.close()  # ack the last one
         self.waiting = total.waiting
+        lost |= {shard for shard, due in self.due.items() if due <= self.clock()}
+        if lost:  # and the shards whose spared files are past the grace now
+            self._add(total, self._resync(lost))
+        if self.sweep_interval_s is not None and self.next_sweep <= self.clock():
+            self.next_sweep = self.clock() + self.sweep_interval_s
+            self._add(total, self.sweep())
         return total
 
-    def _resync(self, shard: str) -> Released:
-        live = {replica.location for stored in self.events.list_shard(shard)
+    def sweep(self) -> Released:
+        """Delete this store's files that no stored object names and its writes' temporary
+        files, older than resync_min_age_s: what writers that died between a file and its
+        put left (one listing of the whole namespace). Younger ones are counted in
+        `spared`; a later sweep takes them."""
+        live = {replica.location for stored in self.events.list_all()
                 for replica in stored.replicas if self.store.is_ours(replica)}
-        return self.store.collect(lambda key: self._shard_of(key) == shard, live,
-                                  self.resync_min_age_s)
+        return self.store.collect(lambda key: True, live, self.resync_min_age_s,
+                                  self.clock())
+
+    def _resync(self, shards: set[str]) -> Released:
+        """collect() the shards' files from their listing (one shard's, or the namespace's
+        for several); shards whose young files were spared are due again once the first
+        of those is past the grace."""
+        listing = self.events.list_shard(next(iter(shards))) if len(shards) == 1 else \
+            self.events.list_all()
+        live = {replica.location for stored in listing
+                for replica in stored.replicas if self.store.is_ours(replica)}
+        released = self.store.collect(lambda key: self._shard_of(key) in shards, live,
+                                      self.resync_min_age_s, self.clock())
+        for shard in shards:
+            if released.due is None:
+                self.due.pop(shard, None)
+            else:
+                self.due[shard] = released.due
+        return released
 
     def _shard_of(self, key: str) -> str | None:
         try:
@@ -229,6 +269,7 @@ class FileDataPlane:
         total.deleted += released.deleted
         total.bytes += released.bytes
         total.waiting += released.waiting
+        total.spared += released.spared
         self.deleted_files += released.deleted
         self.deleted_bytes += released.bytes
 

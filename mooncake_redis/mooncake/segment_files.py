@@ -12,12 +12,11 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 from collections.abc import Collection
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from mooncake_redis.files.byte_store import FileByteStore
+from mooncake_redis.files.byte_store import FileByteStore, Released
 
 DIRECTORY_PREFIX = "segment-"
 
@@ -57,28 +56,40 @@ class SegmentFiles:
         with self._lock:
             self._stores.pop(segment, None)
 
-    def remove_stale(self, registered: Collection[str], min_age_s: float) -> int:
-        """Delete the directories (and their files) of segments that are not registered
-        and that nothing wrote to for min_age_s: stores that ended without close(), whose
-        segments were unmounted for them. How many went."""
-        removed = 0
-        oldest = time.time() - min_age_s
+    def collect_dead(self, registered: Collection[str], grace_s: float, now: float
+                     ) -> Released:
+        """Collect the directories of segments that are not registered (their owners died
+        and the segments were unmounted for them, or they ended without close()): every
+        file and temporary file older than grace_s at `now` (no stored object names a
+        replica on a segment that is not mounted; a younger file may be a put's that
+        its writer is still to see refused, and delete), then the directory itself once
+        it is empty and nothing was added to or taken from it for grace_s (a store that
+        is setting up makes its directory before it mounts the segment)."""
+        total = Released()
+        oldest = now - grace_s
         with contextlib.suppress(FileNotFoundError):
             for entry in os.scandir(self.root):
                 if not entry.name.startswith(DIRECTORY_PREFIX) or not entry.is_dir():
                     continue
                 segment = unquote(entry.name[len(DIRECTORY_PREFIX):])
-                if segment in registered or entry.stat().st_mtime > oldest:
+                if segment in registered:
                     continue
                 store = FileByteStore(entry.path, segment)
-                remove_files(store)
-                removed += not store.directory.exists()
-        return removed
+                released = store.collect(lambda key: True, (), grace_s, now)
+                total.deleted += released.deleted
+                total.bytes += released.bytes
+                total.spared += released.spared
+                with contextlib.suppress(OSError):  # a file in it (a write under way), or gone
+                    if entry.stat().st_mtime <= oldest:
+                        store.directory.rmdir()
+                        self.forget(segment)
+        return total
 
 
 def remove_files(store: FileByteStore) -> None:
     """Delete every file of a store, then its directory if nothing else is in it."""
-    for name in store.files():
-        store.delete(name)
+    with contextlib.suppress(FileNotFoundError):  # the directory is gone already
+        for name in store.files():
+            store.delete(name)
     with contextlib.suppress(OSError):  # another file in it (a write under way): keep it
         store.directory.rmdir()

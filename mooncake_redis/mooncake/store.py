@@ -22,6 +22,7 @@ import os
 import random
 import re
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -53,7 +54,7 @@ from .checks import (
     check_list,
 )
 from .codes import FAILURES, ErrorCode, code_of
-from .keeper import INTERVAL_S, Keeper, mount
+from .keeper import GRACE_S, INTERVAL_S, SWEEP_INTERVAL_S, Clock, Keeper, mount
 from .probes import ProbeMethods
 from .records import QueryTaskResponse
 from .replicas import ReplicaMethods
@@ -85,10 +86,6 @@ MOONCAKE_REDIS_<SETTING> variable wins over these, as for every Index."""
 MAX_ENCODED_KEY = MAX_QUOTED_KEY
 """A key's file name is the key percent-encoded plus a tag and a digest (FileByteStore):
 keys longer than this encoded would pass the 255-byte file name limit, and are refused."""
-
-STALE_AFTER_S = 60.0
-"""A segment directory nothing wrote to for this long, whose segment is not registered,
-is deleted by the next store that sets up under the same data root."""
 
 CONSUMER = "store"
 """This store's name in its segment's events group (files:<segment>); the keeper's is
@@ -710,9 +707,9 @@ def _start(options: SetupOptions) -> OpenStore:
         if options.global_segment_size:
             plane = _mount(index, files, hostname, options.global_segment_size)
             store = plane.store
-            keeper = Keeper(lambda: _keeper_plane(url, namespace, store),
+            keeper = Keeper(lambda clock: _keeper_plane(url, namespace, store, clock),
                             lambda: options.global_segment_size + sum(mounted.values()),
-                            view_, INTERVAL_S)
+                            view_, files, INTERVAL_S)
         view_.refresh(index)
         state = OpenStore(options, index, files, hostname, port_holder, plane, keeper, view_,
                           mounted=mounted)
@@ -773,9 +770,10 @@ def _mooncake_defaults(url: str, namespace: str) -> dict[str, Any]:
 def _mount(index: Index, files: SegmentFiles, hostname: str, capacity: int) -> FileDataPlane:
     """Mount this store's segment. A segment not registered yet starts with an empty
     directory: files left there belong to no stored object (a store that ended without
-    unmounting, whose segment was unmounted for it)."""
+    unmounting, whose segment was unmounted for it); so do the old files of other
+    segments that are not registered (collect_dead)."""
     registered = index.usage().segments
-    files.remove_stale(registered, STALE_AFTER_S)
+    files.collect_dead(registered, GRACE_S, time.time())
     store = files.own(hostname)
     if hostname not in registered:
         remove_files(store)
@@ -784,10 +782,13 @@ def _mount(index: Index, files: SegmentFiles, hostname: str, capacity: int) -> F
     return FileDataPlane(index, store, None, consumer=CONSUMER)
 
 
-def _keeper_plane(url: str, namespace: str, store: FileByteStore) -> FileDataPlane:
-    """The keeper thread's own client and events consumer, on the same segment."""
+def _keeper_plane(url: str, namespace: str, store: FileByteStore, clock: Clock
+                  ) -> FileDataPlane:
+    """The keeper thread's own client and events consumer, on the same segment; it sweeps
+    the segment's directory every SWEEP_INTERVAL_S."""
     return FileDataPlane(Index.from_url(url, namespace), store, None,
-                         consumer=CONSUMER + "-keeper")
+                         consumer=CONSUMER + "-keeper", resync_min_age_s=GRACE_S,
+                         sweep_interval_s=SWEEP_INTERVAL_S, clock=clock)
 
 
 _SETUP_PARAMETERS = ("local_hostname", "metadata_server", "global_segment_size",

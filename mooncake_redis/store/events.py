@@ -164,8 +164,17 @@ def list_shard(ctx: Context, shard: str) -> Iterator[ShardObject]:
     """Every object of one shard now: a SCAN of its node keys on the node that serves it,
     each node read whole. Not a snapshot: objects that change meanwhile are as they were
     when their node was read (the events after a loss fix them up: docs/EVENTS.md)."""
-    shard = check_shard(ctx, shard)
-    for page in scan_node_keys(ctx, shard):
+    return _listed(ctx, scan_node_keys(ctx, check_shard(ctx, shard)))
+
+
+def list_all(ctx: Context) -> Iterator[ShardObject]:
+    """Every object of the namespace now: list_shard of every shard at once (one SCAN per
+    primary, not one per shard)."""
+    return _listed(ctx, scan_node_keys(ctx))
+
+
+def _listed(ctx: Context, pages: Iterator[list[str]]) -> Iterator[ShardObject]:
+    for page in pages:
         batch = ctx.batch()
         for node_key in page:
             batch.command("HGETALL", node_key)
@@ -386,6 +395,10 @@ class Consumer:
     def list_shard(self, shard: str) -> Iterator[ShardObject]:
         """The shard's objects now, to start again from after an EventsLost marker."""
         return list_shard(self.ctx, shard)
+
+    def list_all(self) -> Iterator[ShardObject]:
+        """Every object of the namespace now (list_all)."""
+        return list_all(self.ctx)
 
 
 def longest_block_ms(client: Any) -> int | None:

@@ -149,19 +149,27 @@ def unmount(ctx: Context, name: str, max_nodes: int | None = None,
     return report
 
 
-def unmount_silent(ctx: Context) -> list[UnmountReport]:
-    """Unmount every mounted segment whose owner's last heartbeat is older than
-    segment_heartbeat_timeout_ms (0 = never); the monitor runs this every interval."""
+def unmount_silent(ctx: Context, on_page: Callable[[UnmountReport], None] | None = None
+                   ) -> list[UnmountReport]:
+    """Unmount every segment whose owner's last heartbeat is older than
+    segment_heartbeat_timeout_ms (0 = never): a mounted one, and one whose unmount was cut
+    short (whoever ran it died mid-sweep: the sweep resumes where it stopped). The monitor
+    runs this every interval, a drop-in store's keeper every round (on_page: called after
+    each page of a sweep, as unmount's)."""
     timeout = ctx.settings.segment_heartbeat_timeout_ms
     if not timeout:
         return []
     now = ctx.redis_time_ms()
-    silent = [s.name for s in read_segments(ctx).values()
-              if s.mounted and s.heartbeat_ms + timeout < now]
+    silent = [s for s in read_segments(ctx).values() if s.heartbeat_ms + timeout < now]
     reports = []
-    for name in silent:
-        log.warning("segment %s missed its heartbeats for %d ms: unmounting it", name, timeout)
-        reports.append(unmount(ctx, name))
+    for segment in silent:
+        name = segment.name
+        log.warning("segment %s missed its heartbeats for %d ms: %s", name, timeout,
+                    "unmounting it" if segment.mounted else "finishing its unmount")
+        try:
+            reports.append(unmount(ctx, name, on_page=on_page))
+        except SegmentNotMounted:  # another keeper (or the monitor) finished it meanwhile
+            continue
     return reports
 
 
