@@ -1,0 +1,199 @@
+"""A failover heals itself (issue 34 item 2): the monitor sees that a shard is served under
+another replication ID than its record and runs fsck --repair over the namespace, a few
+shards per check, with a log line and metrics. On a master + replica (the damage planted,
+the failover a real `REPLICAOF NO ONE`) and on the local cluster with replicas (a real
+lossy failover: the replica stops applying the stream while the master acknowledges
+writes, then takes over)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+import redis
+from helpers import page
+from interleaving import invariant_s
+from redis_cluster import LocalCluster
+from redis_server import RedisServer
+
+from mooncake_redis import Index
+from mooncake_redis.operations.failover import RECORD_FIELD, FailoverHealer
+from mooncake_redis.operations.fsck import check
+from mooncake_redis.operations.metrics import Exporter
+from mooncake_redis.workers.monitor import watch
+
+CHAIN = 8
+
+
+def write_chains(index: Index, name: str, count: int) -> list[str]:
+    """`count` chains of CHAIN complete pages (each page's parent the page before it, so
+    most links cross shards); returns the keys acknowledged."""
+    acknowledged = []
+    for n in range(count):
+        chain = [page(f"{name}-{n}-{i}") for i in range(CHAIN)]
+        items = [(f"{h}_0_k", 1, p) for h, p in zip(chain, [None, *chain])]
+        started = [r.key for r in index.batch_put_start(items) if r.ok]
+        assert len(started) == CHAIN
+        acknowledged += [r.key for r in index.batch_put_end(started) if r.ok]
+    return acknowledged
+
+
+def failover_metrics(exporter: Exporter, namespace: str) -> dict[str, float]:
+    """The exporter's failover counters for the namespace (0 for one not counted yet)."""
+    wanted = {"failovers": "mooncake_redis_failovers_total",
+              "heals": "mooncake_redis_failover_heals_total",
+              "shards": "mooncake_redis_failover_checked_shards_total"}
+    found = dict.fromkeys(wanted, 0.0)
+    for line in exporter.text().splitlines():
+        for short, metric in wanted.items():
+            if line.startswith(f'{metric}{{namespace="{namespace}"}} '):
+                found[short] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+@pytest.fixture
+def counting() -> Iterator[Exporter]:
+    """An exporter counting what this process does (as `monitor --metrics-port`)."""
+    exporter = Exporter([])
+    exporter.count_this_process()
+    yield exporter
+    exporter.stop_counting()
+
+
+def heal_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("failover")]
+
+
+@pytest.fixture
+def master_and_replica() -> Iterator[tuple[RedisServer, RedisServer]]:
+    master = RedisServer()
+    try:
+        replica = master.start_replica()
+    except BaseException:
+        master.stop()
+        raise
+    yield master, replica
+    replica.stop()
+    master.stop()
+
+
+def test_a_promoted_replica_is_healed_by_the_next_monitor_check(
+        master_and_replica: tuple[RedisServer, RedisServer], counting: Exporter,
+        caplog: pytest.LogCaptureFixture) -> None:
+    master, replica = master_and_replica
+    index = Index.from_url(master.url, namespace="fo")
+    write_chains(index, "fo", 4)
+    watch(index.ctx, interval_s=0, iterations=1)  # a monitor check before the failover
+    # the damage a lost suffix of writes leaves: parents whose writes were lost while
+    # their children's were kept
+    raw = redis.Redis(port=master.port, decode_responses=True)
+    lost_parents = [page(f"fo-{n}-3") for n in range(4)]
+    for parent in lost_parents:
+        raw.delete(index.ctx.schema.node(parent))
+    assert raw.wait(1, 30_000) == 1
+    promoted = redis.Redis(port=replica.port, decode_responses=True)
+    replid_before = promoted.info("replication")["master_replid"]
+    promoted.execute_command("REPLICAOF", "NO", "ONE")
+    replid = promoted.info("replication")["master_replid"]
+    assert replid != replid_before
+    after = Index.from_url(replica.url, namespace="fo")  # the clients' Redis now
+    assert len(invariant_s(after)) == 4
+    caplog.set_level(logging.INFO)
+
+    watch(after.ctx, interval_s=0, iterations=1)  # a monitor started after the failover
+
+    assert invariant_s(after) == []
+    assert check(after.ctx).clean
+    lines = heal_lines(caplog)
+    assert len(lines) == 2 and f"127.0.0.1:{replica.port}" in lines[0] and replid in lines[0]
+    assert replid_before in lines[0] and "repaired" in lines[1]
+    assert failover_metrics(counting, "fo") == {"failovers": 1, "heals": 1, "shards": 16}
+    stats = [after.ctx.schema.shard_keys(shard).stats for shard in after.ctx.all_shards()]
+    assert {promoted.hget(key, "replid") for key in stats if promoted.exists(key)} == {replid}
+
+    caplog.clear()
+    watch(after.ctx, interval_s=0, iterations=2)  # no failover since: nothing to repair
+    assert heal_lines(caplog) == []
+    assert failover_metrics(counting, "fo") == {"failovers": 1, "heals": 1, "shards": 16}
+
+
+@pytest.fixture(scope="module")
+def cluster_with_replicas() -> Iterator[LocalCluster]:
+    cluster = LocalCluster(masters=3, replicas=1)
+    yield cluster
+    cluster.stop()
+
+
+def test_the_monitor_heals_a_lossy_cluster_failover(
+        cluster_with_replicas: LocalCluster, counting: Exporter,
+        caplog: pytest.LogCaptureFixture) -> None:
+    cluster = cluster_with_replicas
+    index = Index.from_url(cluster.url, namespace="heal", cluster_retries=8)
+    write_chains(index, "before", 8)
+    watch(index.ctx, interval_s=0, iterations=1)  # records each shard's replication ID
+    victim = cluster.masters()[0]
+    with cluster.lossy_failover(victim):
+        acknowledged = write_chains(index, "during", 12)  # wait_acks 0: acknowledged
+    lost = [key for key in acknowledged if index.object_info(key) is None]
+    assert lost, "the failover lost nothing: no damage to heal"
+    index.close()
+    index.resolve(grace_ms=0)  # the resolver alone mends none of it
+    assert invariant_s(index), "S held after the failover: nothing to heal"
+    caplog.set_level(logging.INFO)
+
+    watch(index.ctx, interval_s=0, iterations=1)
+
+    assert invariant_s(index) == []
+    report = check(index.ctx)
+    assert report.clean, report.problems
+    assert failover_metrics(counting, "heal") == {"failovers": 1, "heals": 1, "shards": 16}
+    assert len(heal_lines(caplog)) == 2
+    caplog.clear()
+    watch(index.ctx, interval_s=0, iterations=1)
+    assert heal_lines(caplog) == []
+    assert failover_metrics(counting, "heal")["heals"] == 1
+
+
+def test_a_sweep_is_bounded_per_check_and_a_lost_record_is_remembered(
+        master_and_replica: tuple[RedisServer, RedisServer]) -> None:
+    master, replica = master_and_replica
+    index = Index.from_url(master.url, namespace="fb")
+    write_chains(index, "fb", 4)
+    healer = FailoverHealer(shards_per_pass=4)
+    first = healer.step(index.ctx)  # first sight: recorded, nothing checked
+    assert not first.failovers and first.checked == 0
+    raw = redis.Redis(port=master.port, decode_responses=True)
+    raw.delete(index.ctx.schema.node(page("fb-0-3")))  # a parent's write lost
+    assert raw.wait(1, 30_000) == 1
+    promoted = redis.Redis(port=replica.port, decode_responses=True)
+    promoted.execute_command("REPLICAOF", "NO", "ONE")
+    after = Index.from_url(replica.url, namespace="fb")
+    for shard in after.ctx.all_shards():  # the records were lost too
+        promoted.hdel(after.ctx.schema.shard_keys(shard).stats, RECORD_FIELD)
+
+    passes = [healer.step(after.ctx) for _ in range(4)]  # this process remembers the IDs
+
+    assert [bool(p.failovers) for p in passes] == [True, False, False, False]
+    assert [p.checked for p in passes] == [4, 4, 4, 4]
+    assert [p.healed for p in passes] == [False, False, False, True]
+    assert invariant_s(after) == [] and check(after.ctx).clean
+    assert healer.step(after.ctx).checked == 0
+    # a restarted monitor without the records sees no failover: it records
+    assert FailoverHealer().step(after.ctx).checked == 0
+
+
+def test_fsck_leaves_a_record_alone_and_a_junk_record_costs_one_sweep(
+        redis_url: str) -> None:
+    index = Index.from_url(redis_url, namespace="fj")
+    write_chains(index, "fj", 2)
+    healer = FailoverHealer()
+    healer.step(index.ctx)
+    stats = index.ctx.schema.shard_keys(index.ctx.schema.shard(page("fj-0-0"))).stats
+    index.client.hset(stats, RECORD_FIELD, "junk")
+    assert check(index.ctx).clean
+    assert not +check(index.ctx, repair=True).repaired  # nothing repaired
+    swept = healer.step(index.ctx)
+    assert swept.healed and swept.checked == 16 and not +swept.repaired
+    assert index.client.hget(stats, RECORD_FIELD) != "junk"
+    assert healer.step(index.ctx).checked == 0
