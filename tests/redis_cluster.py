@@ -36,6 +36,8 @@ class LocalCluster:
         self.servers: list[RedisServer] = []
         self._owned_directories: list[RedisServer] = []
         """Killed servers whose directories the restarted ones reuse; removed at stop()."""
+        self.promoted_at = 0.0
+        """When lossy_failover last saw its replica take over (time.monotonic())."""
         try:
             for _ in range(masters * (1 + replicas)):
                 self.servers.append(RedisServer(*CLUSTER_ARGS, port=free_port()))
@@ -100,7 +102,8 @@ class LocalCluster:
         then takes over (CLUSTER FAILOVER TAKEOVER: no agreement with the master, whose
         unsent writes are dropped). Yields the replica; returns once it serves the slots
         and the cluster is healthy again (the old master a replica of it, its lost writes
-        gone there too)."""
+        gone there too). `promoted_at`: the time.monotonic() the replica was first seen a
+        master."""
         replica = self.replica_of(master)
         client = self.client(replica)
         if not self.client(master).wait(1, int(HANG_GUARD_S * 1000)):
@@ -111,6 +114,7 @@ class LocalCluster:
             client.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
             wait_until(lambda: client.info("replication")["role"] == "master",
                        "the replica to take over")
+            self.promoted_at = time.monotonic()
         finally:
             client.execute_command("CLIENT", "UNPAUSE")
         self.wait_until_healthy()

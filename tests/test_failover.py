@@ -101,21 +101,24 @@ def test_a_promoted_replica_is_healed_by_the_next_monitor_check(
     assert len(invariant_s(after)) == 4
     caplog.set_level(logging.INFO)
 
-    watch(after.ctx, interval_s=0, iterations=1)  # a monitor started after the failover
+    # a monitor started after the failover: a sweep that mends the links, one that finds
+    # nothing more
+    watch(after.ctx, interval_s=0, iterations=2)
 
     assert invariant_s(after) == []
     assert check(after.ctx).clean
     lines = heal_lines(caplog)
-    assert len(lines) == 2 and f"127.0.0.1:{replica.port}" in lines[0] and replid in lines[0]
-    assert replid_before in lines[0] and "repaired" in lines[1]
-    assert failover_metrics(counting, "fo") == {"failovers": 1, "heals": 1, "shards": 16}
+    assert len(lines) == 3 and f"127.0.0.1:{replica.port}" in lines[0] and replid in lines[0]
+    assert replid_before in lines[0] and "mended 8 links" in lines[1]  # 4 relinked, 4 dangling
+    assert "swept 2 times" in lines[2]
+    assert failover_metrics(counting, "fo") == {"failovers": 1, "heals": 1, "shards": 32}
     stats = [after.ctx.schema.shard_keys(shard).stats for shard in after.ctx.all_shards()]
     assert {promoted.hget(key, "replid") for key in stats if promoted.exists(key)} == {replid}
 
     caplog.clear()
     watch(after.ctx, interval_s=0, iterations=2)  # no failover since: nothing to repair
     assert heal_lines(caplog) == []
-    assert failover_metrics(counting, "fo") == {"failovers": 1, "heals": 1, "shards": 16}
+    assert failover_metrics(counting, "fo") == {"failovers": 1, "heals": 1, "shards": 32}
 
 
 @pytest.fixture(scope="module")
@@ -142,13 +145,13 @@ def test_the_monitor_heals_a_lossy_cluster_failover(
     assert invariant_s(index), "S held after the failover: nothing to heal"
     caplog.set_level(logging.INFO)
 
-    watch(index.ctx, interval_s=0, iterations=1)
+    watch(index.ctx, interval_s=0, iterations=2)
 
     assert invariant_s(index) == []
     report = check(index.ctx)
     assert report.clean, report.problems
-    assert failover_metrics(counting, "heal") == {"failovers": 1, "heals": 1, "shards": 16}
-    assert len(heal_lines(caplog)) == 2
+    assert failover_metrics(counting, "heal") == {"failovers": 1, "heals": 1, "shards": 32}
+    assert len(heal_lines(caplog)) == 3
     caplog.clear()
     watch(index.ctx, interval_s=0, iterations=1)
     assert heal_lines(caplog) == []
@@ -172,11 +175,12 @@ def test_a_sweep_is_bounded_per_check_and_a_lost_record_is_remembered(
     for shard in after.ctx.all_shards():  # the records were lost too
         promoted.hdel(after.ctx.schema.shard_keys(shard).stats, RECORD_FIELD)
 
-    passes = [healer.step(after.ctx) for _ in range(4)]  # this process remembers the IDs
+    # this process remembers the IDs; two sweeps (the second mends nothing), 4 checks each
+    passes = [healer.step(after.ctx) for _ in range(8)]
 
-    assert [bool(p.failovers) for p in passes] == [True, False, False, False]
-    assert [p.checked for p in passes] == [4, 4, 4, 4]
-    assert [p.healed for p in passes] == [False, False, False, True]
+    assert [bool(p.failovers) for p in passes] == [True] + [False] * 7
+    assert [p.checked for p in passes] == [4] * 8
+    assert [p.healed for p in passes] == [False] * 7 + [True]
     assert invariant_s(after) == [] and check(after.ctx).clean
     assert healer.step(after.ctx).checked == 0
     # a restarted monitor without the records sees no failover: it records

@@ -1,6 +1,6 @@
 """Healing after a failover: the monitor notices that the Redis node serving a shard is no
 longer the replication history that last served it, and runs fsck's repair over the
-namespace's links, a few shards per check, until one sweep is done.
+namespace, a few shards per check, until a sweep of it mends no link.
 
 Why a sweep and not just the node's shards: a replica promoted before it received its
 master's last writes (asynchronous replication) lacks a suffix of them, and the links of
@@ -9,14 +9,18 @@ naming a parent whose link step was lost, or a parent on another master listing 
 whose write was lost (tests/test_cluster.py FAILOVER_LOSSES). Both are found only from
 the surviving end, in shards of any node; so the repair is fsck --repair (operations/
 fsck.py `check`) over every shard of the namespace, `shards_per_pass` shards per check,
-resumed at the next check (a new failover during a sweep starts it again).
+resumed at the next check (a new failover during a sweep starts it again). A sweep that
+mended a link is followed by another: the old master may take writes for a moment after
+its replica's promotion (until the cluster's gossip reaches it), and those are lost too,
+perhaps after the first sweep read their shards. The heal ends with a sweep that mends no
+link.
 
 How a failover is seen: each shard's stats hash records, in its field `replid`, the
 replication ID (INFO replication `master_replid`) of the node that served it when the
 monitor last looked. The record is data beside the shard's own keys, so it moves with them:
 a replica promoted by a failover (or by `REPLICAOF NO ONE`), a Redis restarted from its
 files, or a slot migration serves the shard under another ID than the record holds. Such a
-shard starts a sweep; once the sweep is done, its record is set to the ID now serving it.
+shard starts a heal; once the heal ends, its record is set to the ID now serving it.
 A shard without a record (the first check that sees it) is recorded without a sweep, unless
 this process saw it under another ID before (the record itself was lost in the failover).
 A record that is no ID (junk) only differs from every ID: one sweep, then it is overwritten.
@@ -50,18 +54,23 @@ SHARDS_PER_PASS = SHARDS_PER_STEP
 """Shards a check repairs after a failover (every node of those shards read whole, and the
 links from them checked): the namespace's 16 shards in one check at the default layout."""
 
+LINK_REPAIRS = ("link", "dangling_link", "cycle")
+"""fsck's repairs of links: a sweep that made any is followed by another one."""
+
 
 @dataclass
 class FailoverPass:
     """What one check did: the nodes seen to have failed over (address -> replication ID),
-    the shards checked and what their repair mended, and whether a sweep ended."""
+    the shards checked and what their repair mended, and whether the heal ended."""
 
     failovers: dict[str, str] = field(default_factory=dict)
     checked: int = 0
     repaired: Counter[str] = field(default_factory=Counter)
     healed: bool = False
     seconds: float = 0.0
-    """For a sweep that ended: seconds since the failover that started it was seen."""
+    """For a heal that ended: seconds since the failover that started it was seen."""
+    sweeps: int = 0
+    """For a heal that ended: how many sweeps it took."""
 
 
 failover_observers: list[Callable[[str, FailoverPass], None]] = []
@@ -101,10 +110,13 @@ class FailoverHealer:
         self._seen: dict[str, str] = {}
         """shard -> the replication ID this process last saw serving it."""
         self._healing: dict[str, str] = {}
-        """shard -> the ID it is to be recorded under once the sweep is done."""
+        """shard -> the ID it is to be recorded under once the heal ends."""
         self._cursor = 0
         self._started = 0.0
         self._repaired: Counter[str] = Counter()
+        self._mended = 0
+        """Links the sweep in progress mended."""
+        self._sweeps = 0
 
     @property
     def healing(self) -> bool:
@@ -161,7 +173,7 @@ class FailoverHealer:
         """A failover seen: the sweep starts (again) from the first shard, since links
         checked before it may have broken since; its time counts from the first one."""
         self._started = self._started or self.clock()
-        self._cursor = 0
+        self._cursor = self._mended = 0
         for name, replid in sorted(result.failovers.items()):
             shards = sorted(s for s, (n, _) in nodes.items() if n == name and s in records)
             before = sorted({records[s] or self._seen.get(s) or "?" for s in shards})
@@ -177,8 +189,16 @@ class FailoverHealer:
         result.checked = len(step)
         result.repaired = report.repaired
         self._repaired += report.repaired
+        self._mended += sum(report.repaired[kind] for kind in LINK_REPAIRS)
         self._cursor += len(step)
         if self._cursor < len(todo):
+            return
+        self._cursor = 0
+        self._sweeps += 1
+        if self._mended:  # links the old master took after the promotion may break still
+            log.info("failover sweep %d of namespace %s mended %d links: sweeping again",
+                     self._sweeps, ctx.schema.namespace, self._mended)
+            self._mended = 0
             return
         # a shard whose node changed again meanwhile keeps its old record: the next check
         # sees that failover and sweeps again
@@ -186,12 +206,13 @@ class FailoverHealer:
                            if current.get(shard) == replid})
         result.healed = True
         result.seconds = self.clock() - self._started
-        log.info("failover healed: namespace %s swept (%d shards), repaired %s, %.1f s after "
-                 "the failover was seen", ctx.schema.namespace, len(todo),
-                 dict(self._repaired) or "nothing", result.seconds)
+        result.sweeps = self._sweeps
+        log.info("failover healed: namespace %s swept %d times (%d shards), repaired %s, "
+                 "%.1f s after the failover was seen", ctx.schema.namespace, self._sweeps,
+                 len(todo), dict(self._repaired) or "nothing", result.seconds)
         self._healing.clear()
         self._repaired = Counter()
-        self._cursor = 0
+        self._sweeps = 0
         self._started = 0.0
 
     def _record(self, ctx: Context, replids: dict[str, str]) -> None:
