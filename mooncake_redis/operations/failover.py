@@ -1,19 +1,24 @@
 """Healing after a failover: the monitor notices that the Redis node serving a shard is no
-longer the replication history that last served it, and runs fsck's repair over the
-namespace, a few shards per check, until a sweep of it mends no link.
+longer the replication history that last served it, and checks and mends the links of
+every node of the namespace, one SCAN page per primary per check, until a sweep of the
+namespace mends no link.
 
-Why a sweep and not just the node's shards: a replica promoted before it received its
-master's last writes (asynchronous replication) lacks a suffix of them, and the links of
-those writes that cross to other masters are left half made: a child on another master
-naming a parent whose link step was lost, or a parent on another master listing a child
-whose write was lost (tests/test_cluster.py FAILOVER_LOSSES). Both are found only from
-the surviving end, in shards of any node; so the repair is fsck --repair (operations/
-fsck.py `check`) over every shard of the namespace, `shards_per_pass` shards per check,
-resumed at the next check (a new failover during a sweep starts it again). A sweep that
-mended a link is followed by another: the old master may take writes for a moment after
-its replica's promotion (until the cluster's gossip reaches it), and those are lost too,
-perhaps after the first sweep read their shards. The heal ends with a sweep that mends no
-link.
+Why every node and not just the failed-over node's: a replica promoted before it
+received its master's last writes (asynchronous replication) lacks a suffix of them, and
+the links of those writes that cross to other masters are left half made: a child on
+another master naming a parent whose link step was lost, or a parent on another master
+listing a child whose write was lost (tests/test_cluster.py FAILOVER_LOSSES). Both are
+found only from the surviving end, which may be in any shard. Nothing else breaks (each
+shard's scripts replicate whole: its counters, leaf index and stats stay consistent), so
+a sweep checks links only, with fsck's own check and repair (fsck.check_links_of: the
+parent each node names lists it, each child it lists names it, at the same epoch,
+unless a pending link covers it). The bound: SCAN_COUNT node keys per primary per check
+(as the monitor's reclaim sweep), their links read and mended in that check; the cursors
+are kept for the next check, and a new failover during a sweep starts it again. A sweep
+that mended a link is followed by another: the old master may take writes for a moment
+after its replica's promotion (until the cluster's gossip reaches it), and those are
+lost too, perhaps after the first sweep read their nodes. The heal ends with a sweep
+that mends no link.
 
 How a failover is seen: each shard's stats hash records, in its field `replid`, the
 replication ID (INFO replication `master_replid`) of the node that served it when the
@@ -42,29 +47,32 @@ from redis.crc import key_slot
 from mooncake_redis.connection import is_in_process
 from mooncake_redis.context import Context
 from mooncake_redis.executor import Batch
+from mooncake_redis.tree.matching import primaries
 
-from .fsck import SHARDS_PER_STEP, check
+from .fsck import check_links_of
 
 log = logging.getLogger(__name__)
 
 RECORD_FIELD = "replid"
 """The field of each shard's stats hash holding the replication ID last seen serving it."""
 
-SHARDS_PER_PASS = SHARDS_PER_STEP
-"""Shards a check repairs after a failover (every node of those shards read whole, and the
-links from them checked): the namespace's 16 shards in one check at the default layout."""
+SCAN_COUNT = 1000
+"""The bound of a heal: node keys one check asks each primary's SCAN for; the links of
+those nodes (both ends) are checked and mended in that check."""
 
-LINK_REPAIRS = ("link", "dangling_link", "cycle")
+LINK_REPAIRS = ("link", "dangling_link")
 """fsck's repairs of links: a sweep that made any is followed by another one."""
 
 
 @dataclass
 class FailoverPass:
-    """What one check did: the nodes seen to have failed over (address -> replication ID),
-    the shards checked and what their repair mended, and whether the heal ended."""
+    """What one check did: the Redis nodes seen to have failed over (address ->
+    replication ID), the tree nodes whose links it checked and what it mended, and
+    whether the heal ended."""
 
     failovers: dict[str, str] = field(default_factory=dict)
     checked: int = 0
+    """Nodes whose links were checked."""
     repaired: Counter[str] = field(default_factory=Counter)
     healed: bool = False
     seconds: float = 0.0
@@ -103,24 +111,24 @@ class FailoverHealer:
     """The monitor's failover watch; `step` once per check. What it keeps between checks
     (the sweep in progress, the IDs it saw) is in memory; the records are in Redis."""
 
-    def __init__(self, shards_per_pass: int = SHARDS_PER_PASS,
+    def __init__(self, scan_count: int = SCAN_COUNT,
                  clock: Callable[[], float] = time.monotonic):
-        self.shards_per_pass = shards_per_pass
+        self.scan_count = scan_count
         self.clock = clock
         self._seen: dict[str, str] = {}
         """shard -> the replication ID this process last saw serving it."""
         self._healing: dict[str, str] = {}
         """shard -> the ID it is to be recorded under once the heal ends."""
-        self._cursor = 0
+        self._cursors: dict[str, int] = {}
+        """primary -> its SCAN cursor in the sweep in progress."""
+        self._swept: set[str] = set()
+        """The primaries this sweep has scanned to the end."""
         self._started = 0.0
         self._repaired: Counter[str] = Counter()
+        self._checked = 0
         self._mended = 0
         """Links the sweep in progress mended."""
         self._sweeps = 0
-
-    @property
-    def healing(self) -> bool:
-        return bool(self._healing)
 
     def step(self, ctx: Context) -> FailoverPass:
         result = FailoverPass()
@@ -135,19 +143,21 @@ class FailoverHealer:
         current = {shard: ids[name] for shard, (name, _) in nodes.items() if name in ids}
         records = self._read_records(ctx, list(current))
         unrecorded = []
+        failed_over: dict[str, dict[str, str]] = {}
+        """Redis node -> each of its shards that failed over -> the ID it was known by."""
         for shard, replid in current.items():
             if shard not in records:
                 continue  # no stats yet: a shard nothing wrote holds no links
             known = records[shard] or self._seen.get(shard)
             if known and known != replid and self._healing.get(shard) != replid:
-                node = nodes[shard][0]
-                result.failovers[node] = replid
+                result.failovers[nodes[shard][0]] = replid
+                failed_over.setdefault(nodes[shard][0], {})[shard] = known
                 self._healing[shard] = replid
             elif records[shard] != replid and shard not in self._healing:
                 unrecorded.append(shard)
             self._seen[shard] = replid
         if result.failovers:
-            self._start_sweep(ctx, result, records, nodes)
+            self._start_sweep(ctx, result, failed_over)
         if unrecorded:
             self._record(ctx, {shard: current[shard] for shard in unrecorded})
         if self._healing:
@@ -168,32 +178,44 @@ class FailoverHealer:
                 in ctx.per_shard(queue, shards=shards, raise_errors=True) if exists}
 
     def _start_sweep(self, ctx: Context, result: FailoverPass,
-                     records: dict[str, str | None], nodes: dict[str, tuple[str, Any]]
-                     ) -> None:
-        """A failover seen: the sweep starts (again) from the first shard, since links
-        checked before it may have broken since; its time counts from the first one."""
+                     failed_over: dict[str, dict[str, str]]) -> None:
+        """A failover seen: the sweep starts (again) from the beginning, since links
+        checked before it may have broken since; the heal's time counts from the first."""
         self._started = self._started or self.clock()
-        self._cursor = self._mended = 0
+        self._cursors, self._swept, self._mended = {}, set(), 0
         for name, replid in sorted(result.failovers.items()):
-            shards = sorted(s for s, (n, _) in nodes.items() if n == name and s in records)
-            before = sorted({records[s] or self._seen.get(s) or "?" for s in shards})
+            shards = sorted(failed_over[name])
+            before = sorted(set(failed_over[name].values()))
             log.warning("failover: %s serves shards %s of namespace %s under replication ID "
-                        "%s, not %s: fsck --repair of the namespace, %d shards per check",
-                        name, ",".join(shards), ctx.schema.namespace, replid,
-                        ",".join(before), self.shards_per_pass)
+                        "%s, not %s: checking and mending the namespace's links, %d node "
+                        "keys per primary per check", name, ",".join(shards),
+                        ctx.schema.namespace, replid, ",".join(before), self.scan_count)
 
     def _sweep(self, ctx: Context, result: FailoverPass, current: dict[str, str]) -> None:
-        todo = list(ctx.all_shards())
-        step = todo[self._cursor:self._cursor + self.shards_per_pass]
-        report = check(ctx, repair=True, shards=step)
-        result.checked = len(step)
+        """One SCAN page per primary not swept yet: the links of its nodes checked and
+        mended (fsck.check_links_of)."""
+        keys: list[str] = []
+        names = []
+        for client in primaries(ctx.client):
+            name = str(client)
+            names.append(name)
+            if name in self._swept:
+                continue
+            cursor, page = client.scan(self._cursors.get(name, 0),
+                                       match=ctx.schema.node_pattern(), count=self.scan_count)
+            self._cursors[name] = cursor
+            if not cursor:
+                self._swept.add(name)
+            keys += page
+        report = check_links_of(ctx, keys, repair=True)
+        result.checked = len(keys)
         result.repaired = report.repaired
+        self._checked += len(keys)
         self._repaired += report.repaired
         self._mended += sum(report.repaired[kind] for kind in LINK_REPAIRS)
-        self._cursor += len(step)
-        if self._cursor < len(todo):
+        if not self._swept.issuperset(names):
             return
-        self._cursor = 0
+        self._cursors, self._swept = {}, set()
         self._sweeps += 1
         if self._mended:  # links the old master took after the promotion may break still
             log.info("failover sweep %d of namespace %s mended %d links: sweeping again",
@@ -207,12 +229,13 @@ class FailoverHealer:
         result.healed = True
         result.seconds = self.clock() - self._started
         result.sweeps = self._sweeps
-        log.info("failover healed: namespace %s swept %d times (%d shards), repaired %s, "
-                 "%.1f s after the failover was seen", ctx.schema.namespace, self._sweeps,
-                 len(todo), dict(self._repaired) or "nothing", result.seconds)
+        log.info("failover healed: namespace %s swept %d times (%d node links checked), "
+                 "repaired %s, %.1f s after the failover was seen", ctx.schema.namespace,
+                 self._sweeps, self._checked, dict(self._repaired) or "nothing",
+                 result.seconds)
         self._healing.clear()
         self._repaired = Counter()
-        self._sweeps = 0
+        self._sweeps = self._checked = 0
         self._started = 0.0
 
     def _record(self, ctx: Context, replids: dict[str, str]) -> None:

@@ -204,15 +204,17 @@ class Exporter:
                                  "monitor) saw: a Redis node serving shards under another "
                                  "replication ID than their record", ns,
                                  registry=self.registry)
-        self.failover_heals = Counter("mooncake_redis_failover_heals", "fsck --repair sweeps "
-                                      "of the namespace after a failover this process "
-                                      "finished", ns, registry=self.registry)
-        self.failover_shards = Counter("mooncake_redis_failover_checked_shards", "shards "
-                                       "those sweeps checked (at most 16 per monitor check)",
-                                       ns, registry=self.registry)
+        self.failover_heals = Counter("mooncake_redis_failover_heals", "heals after a "
+                                      "failover this process finished (sweeps of the "
+                                      "namespace's links until one mended none)", ns,
+                                      registry=self.registry)
+        self.failover_nodes = Counter("mooncake_redis_failover_checked_nodes", "tree nodes "
+                                      "whose links those sweeps checked (at most 1,000 per "
+                                      "primary per monitor check)", ns,
+                                      registry=self.registry)
         self.failover_repairs = Counter("mooncake_redis_failover_repairs", "what those "
-                                        "sweeps repaired, by fsck's kind (link, "
-                                        "dangling_link, node, shard_stats, ...)",
+                                        "sweeps mended, by fsck's kind (link: a parent "
+                                        "that did not list its child; dangling_link)",
                                         ["namespace", "kind"], registry=self.registry)
         self.refusals = Counter("mooncake_redis_refusals", "items refused by this process's "
                                 "batch calls, by operation and error class (NoSpace, "
@@ -247,7 +249,7 @@ class Exporter:
     def observe_failover(self, namespace: str, result: FailoverPass) -> None:
         for kind, count in result.repaired.items():
             self.failover_repairs.labels(namespace, kind).inc(count)
-        self.failover_shards.labels(namespace).inc(result.checked)
+        self.failover_nodes.labels(namespace).inc(result.checked)
         self.failover_heals.labels(namespace).inc(int(result.healed))
         self.failovers.labels(namespace).inc(len(result.failovers))
 
