@@ -14,8 +14,9 @@ FAILOVER TAKEOVER). The load stops once the cluster is healthy again. Then:
   acknowledged  puts whose batch_put_end returned ok
   lost          of those, objects the namespace no longer has
   seen_s        from the replica's promotion to the end of the monitor's check that saw
-                the failover (and made the first sweep, the 16 shards in one check)
-  healed_s      ... to the end of the check whose sweep mended no link (the heal's end)
+                the failover (and made the first sweep's first step)
+  mended_s      ... to the end of the first sweep (every node's links checked once)
+  healed_s      ... to the end of the sweep that mended no link (the heal's end)
   sweeps        how many sweeps the heal took
   clean         whether, after the heal and the load, invariant S holds and fsck finds
                 nothing (one read of the whole namespace)
@@ -110,6 +111,8 @@ def one_run(wait_acks: int, before: int, lag: int, interval_s: float) -> dict[st
         def observe(namespace: str, result: FailoverPass) -> None:
             if result.failovers:
                 seen.setdefault("seen", time.monotonic())
+            if result.sweep_ended == 1:
+                seen["mended"] = time.monotonic()
             if result.healed:
                 seen.update(healed=time.monotonic(), sweeps=result.sweeps)
                 heal_ended.set()
@@ -136,7 +139,8 @@ def one_run(wait_acks: int, before: int, lag: int, interval_s: float) -> dict[st
             failover_observers.remove(observe)
         lost = [key for key in load.acknowledged if observer.object_info(key) is None]
         return {"acknowledged": len(load.acknowledged), "lost": len(lost),
-                "seen_s": seen["seen"] - promoted, "healed_s": seen["healed"] - promoted,
+                "seen_s": seen["seen"] - promoted, "mended_s": seen["mended"] - promoted,
+                "healed_s": seen["healed"] - promoted,
                 "sweeps": seen["sweeps"], "lag_s": lag_s, "clean": healed(observer),
                 "batches": load.batches, "failed_batches": sum(load.failures.values())}
     finally:
@@ -154,12 +158,14 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     print(f"{'wait_acks':>9} {'run':>3} {'lag_s':>5} {'acknowledged':>12} {'lost':>5} "
-          f"{'seen_s':>6} {'healed_s':>8} {'sweeps':>6} {'clean':>5} {'batches':>7} {'failed':>6}")
+          f"{'seen_s':>6} {'mended_s':>8} {'healed_s':>8} {'sweeps':>6} {'clean':>5} "
+          f"{'batches':>7} {'failed':>6}")
     for wait_acks in (0, 1):
         for run in range(args.runs):
             r = one_run(wait_acks, args.before, args.lag, args.interval)
             print(f"{wait_acks:>9} {run:>3} {r['lag_s']:>5.2f} {r['acknowledged']:>12} "
-                  f"{r['lost']:>5} {r['seen_s']:>6.2f} {r['healed_s']:>8.2f} {r['sweeps']:>6} "
+                  f"{r['lost']:>5} {r['seen_s']:>6.2f} {r['mended_s']:>8.2f} "
+                  f"{r['healed_s']:>8.2f} {r['sweeps']:>6} "
                   f"{r['clean']!s:>5} {r['batches']:>7} {r['failed_batches']:>6}", flush=True)
 
 

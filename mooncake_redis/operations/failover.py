@@ -79,6 +79,8 @@ class FailoverPass:
     """For a heal that ended: seconds since the failover that started it was seen."""
     sweeps: int = 0
     """For a heal that ended: how many sweeps it took."""
+    sweep_ended: int = 0
+    """The number (1, 2, ...) of the heal's sweep that ended in this check; 0 if none."""
 
 
 failover_observers: list[Callable[[str, FailoverPass], None]] = []
@@ -217,6 +219,7 @@ class FailoverHealer:
             return
         self._cursors, self._swept = {}, set()
         self._sweeps += 1
+        result.sweep_ended = self._sweeps
         if self._mended:  # links the old master took after the promotion may break still
             log.info("failover sweep %d of namespace %s mended %d links: sweeping again",
                      self._sweeps, ctx.schema.namespace, self._mended)
