@@ -104,9 +104,14 @@ def serving_nodes(ctx: Context) -> dict[str, tuple[str, Any]]:
             node = client.nodes_manager.get_node_from_slot(slot)
             nodes[shard] = (node.name, node.redis_connection)
         return nodes
+    return dict.fromkeys(ctx.all_shards(), (address(client), client))
+
+
+def address(client: Any) -> str:
+    """host:port (or the socket path) of a client of one Redis server: a name that stays
+    when redis-py makes new client objects for the same server."""
     options = client.connection_pool.connection_kwargs
-    name = options.get("path") or f"{options.get('host')}:{options.get('port')}"
-    return dict.fromkeys(ctx.all_shards(), (name, client))
+    return str(options.get("path") or f"{options.get('host')}:{options.get('port')}")
 
 
 class FailoverHealer:
@@ -199,7 +204,7 @@ class FailoverHealer:
         keys: list[str] = []
         names = []
         for client in primaries(ctx.client):
-            name = str(client)
+            name = address(client)
             names.append(name)
             if name in self._swept:
                 continue
