@@ -153,6 +153,8 @@ def main() -> None:
     parser.add_argument("--before", type=int, default=250, help="load batches before")
     parser.add_argument("--lag", type=int, default=20,
                         help="load batches the replica misses before it takes over")
+    parser.add_argument("--wait-acks", type=int, nargs="+", default=[0, 1],
+                        help="the settings to run (default: 0 1)")
     parser.add_argument("--interval", type=float, default=1.0,
                         help="the monitor's seconds between checks (its default: 1)")
     args = parser.parse_args()
@@ -160,7 +162,7 @@ def main() -> None:
     print(f"{'wait_acks':>9} {'run':>3} {'lag_s':>5} {'acknowledged':>12} {'lost':>5} "
           f"{'seen_s':>6} {'mended_s':>8} {'healed_s':>8} {'sweeps':>6} {'clean':>5} "
           f"{'batches':>7} {'failed':>6}")
-    for wait_acks in (0, 1):
+    for wait_acks in args.wait_acks:
         for run in range(args.runs):
             r = one_run(wait_acks, args.before, args.lag, args.interval)
             print(f"{wait_acks:>9} {run:>3} {r['lag_s']:>5.2f} {r['acknowledged']:>12} "
