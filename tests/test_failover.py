@@ -228,3 +228,20 @@ def test_fsck_leaves_a_record_alone_and_a_junk_record_costs_one_sweep(
     assert swept.healed and swept.checked == 16 and not +swept.repaired  # 16 nodes
     assert index.client.hget(stats, RECORD_FIELD) != "junk"
     assert healer.step(index.ctx).checked == 0
+
+
+def test_a_user_that_may_not_run_info_is_told_once_and_the_monitor_carries_on(
+        caplog: pytest.LogCaptureFixture) -> None:
+    server = RedisServer()
+    try:
+        admin = redis.Redis(port=server.port)
+        admin.execute_command("ACL", "SETUSER", "mc-user", "on", ">pw", "~ac:*",
+                              "resetchannels", "+@all", "-@admin", "-@dangerous")
+        index = Index.from_url(f"redis://mc-user:pw@127.0.0.1:{server.port}/0", namespace="ac")
+        write_chains(index, "ac", 1)
+        caplog.set_level(logging.INFO)
+        watch(index.ctx, interval_s=0, iterations=3)
+        said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(said) == 1 and "+info" in said[0], said
+    finally:
+        server.stop()

@@ -43,6 +43,7 @@ from typing import Any
 
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
+from redis.exceptions import NoPermissionError
 
 from mooncake_redis.connection import is_in_process
 from mooncake_redis.context import Context
@@ -136,6 +137,8 @@ class FailoverHealer:
         self._mended = 0
         """Links the sweep in progress mended."""
         self._sweeps = 0
+        self._refused = False
+        """Whether INFO was refused (said once)."""
 
     def step(self, ctx: Context) -> FailoverPass:
         result = FailoverPass()
@@ -144,7 +147,14 @@ class FailoverHealer:
             return result
         ids = {}
         for name, client in dict(nodes.values()).items():
-            info = client.info("replication")
+            try:
+                info = client.info("replication")
+            except NoPermissionError:  # -@dangerous (docs/RELIABILITY.md, ACL) refuses it
+                if not self._refused:
+                    log.warning("failover healing is off: the Redis user may not run INFO "
+                                "(give it +info; after a failover run fsck --repair)")
+                self._refused = True
+                return result
             if info.get("role") == "master" and info.get("master_replid"):
                 ids[name] = str(info["master_replid"])
         current = {shard: ids[name] for shard, (name, _) in nodes.items() if name in ids}
