@@ -15,6 +15,7 @@ import pytest
 import redis
 from helpers import page
 from interleaving import invariant_s
+from redis.exceptions import RedisClusterException
 from redis_cluster import LocalCluster
 from redis_server import RedisServer
 
@@ -245,3 +246,18 @@ def test_a_user_that_may_not_run_info_is_told_once_and_the_monitor_carries_on(
         assert len(said) == 1 and "+info" in said[0], said
     finally:
         server.stop()
+
+
+def test_a_slot_map_that_cannot_be_read_mid_failover_is_waited_out(
+        cluster_url: str, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    index = Index.from_url(cluster_url, namespace="slots")
+    write_chains(index, "slots", 1)
+
+    def uncovered() -> None:
+        raise RedisClusterException("slot 42 is not covered by the cluster")
+
+    monkeypatch.setattr(index.ctx.client.nodes_manager, "initialize", uncovered)
+    watch(index.ctx, interval_s=0, iterations=2)  # no RedisClusterException escapes
+    assert any("Redis unavailable" in r.getMessage() and "slot 42" in r.getMessage()
+               for r in caplog.records)

@@ -43,10 +43,11 @@ from typing import Any
 
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import NoPermissionError
+from redis.exceptions import NoPermissionError, RedisClusterException
 
 from mooncake_redis.connection import is_in_process
 from mooncake_redis.context import Context
+from mooncake_redis.errors import ClusterUnavailable
 from mooncake_redis.executor import Batch
 from mooncake_redis.tree.matching import primaries
 
@@ -98,12 +99,15 @@ def serving_nodes(ctx: Context) -> dict[str, tuple[str, Any]]:
     if isinstance(client, RedisCluster):
         # the slot map as the cluster says it now (CLUSTER SLOTS), not as cached before a
         # failover
-        client.nodes_manager.initialize()
         nodes = {}
-        for shard in ctx.all_shards():
-            slot = key_slot(ctx.schema.shard_keys(shard).stats.encode())
-            node = client.nodes_manager.get_node_from_slot(slot)
-            nodes[shard] = (node.name, node.redis_connection)
+        try:
+            client.nodes_manager.initialize()
+            for shard in ctx.all_shards():
+                slot = key_slot(ctx.schema.shard_keys(shard).stats.encode())
+                node = client.nodes_manager.get_node_from_slot(slot)
+                nodes[shard] = (node.name, node.redis_connection)
+        except RedisClusterException as error:  # mid-failover: a slot without a node
+            raise ClusterUnavailable(f"the cluster's slot map: {error}") from error
         return nodes
     return dict.fromkeys(ctx.all_shards(), (address(client), client))
 
