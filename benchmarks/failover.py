@@ -3,15 +3,15 @@ and 1, and how long the monitor takes to heal the links the lost writes broke.
 
 Run: `python -m benchmarks.failover --runs 3` (a fresh local 3-master cluster with one
 replica each per run and setting: free ports, temp dirs, no persistence). Per run: a
-monitor (workers/monitor.py `watch`, every `--interval` s) runs beside a load thread that
-registers chains of 8 pages (each page's parent the page before, most links crossing
-masters: batch_put_start then batch_put_end); after `--before` batches, one master's
-replica stops applying the replication stream (CLIENT PAUSE WRITE on the replica) for
-`--lag` more batches, the replication lag a failover loses, then takes over (CLUSTER
-FAILOVER TAKEOVER). The load stops once the cluster is healthy again. Then:
+monitor (workers/monitor.py `watch`, every `--interval` s) runs beside a load thread
+(tests/test_cluster.py's RegistrationLoad) that registers chains of 8 pages (each page's
+parent the page before, most links crossing masters: batch_put_start then
+batch_put_end); after `--before` batches, one master's replica stops applying the
+replication stream (CLIENT PAUSE WRITE on the replica) for `--lag` more batches, the
+replication lag a failover loses, then takes over (CLUSTER FAILOVER TAKEOVER). The load stops once the cluster is healthy again. Then:
 
   lag_s         how long the replica was paused (the lag batches' time)
-  acknowledged  puts whose batch_put_end returned ok
+  acknowledged  puts whose batch_put_start returned ok (then put_end)
   lost          of those, objects the namespace no longer has
   seen_s        from the replica's promotion to the end of the monitor's check that saw
                 the failover (and made the first sweep's first step)
@@ -29,62 +29,20 @@ replica and are refused (ReplicationIncomplete), not acknowledged. Not run by
 from __future__ import annotations
 
 import argparse
-import hashlib
 import logging
 import threading
 import time
-from collections import Counter
 from typing import Any
 
-import redis
-
-from mooncake_redis import Index, MooncakeRedisError
+from mooncake_redis import Index
 from mooncake_redis.operations.failover import FailoverPass, failover_observers
 from mooncake_redis.operations.fsck import check
 from mooncake_redis.workers.monitor import watch
 
 from .common import NAMESPACE
 
-CHAIN = 8
 DEADLINE_S = 120.0
 """Hang guard for every wait on the load or the cluster."""
-
-
-class Load(threading.Thread):
-    """Registers chains until stopped; counts batches and keeps the acknowledged keys."""
-
-    def __init__(self, index: Index):
-        super().__init__(daemon=True)
-        self.index = index
-        self.acknowledged: list[str] = []
-        self.failures: Counter[str] = Counter()
-        self.batches = 0
-        self.progress = threading.Condition()
-        self.stopping = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopping.is_set():
-            chain = [hashlib.sha256(f"{self.batches}-{i}".encode()).hexdigest()
-                     for i in range(CHAIN)]
-            items = [(f"{h}_0_k", 1, p) for h, p in zip(chain, [None, *chain])]
-            try:
-                started = [r.key for r in self.index.batch_put_start(items) if r.ok]
-                self.acknowledged += [r.key for r in self.index.batch_put_end(started)
-                                      if r.ok]
-            except (MooncakeRedisError, redis.RedisError) as error:
-                self.failures[type(error).__name__] += 1
-            with self.progress:
-                self.batches += 1
-                self.progress.notify_all()
-
-    def wait_for(self, batches: int) -> None:
-        with self.progress:
-            if not self.progress.wait_for(lambda: self.batches >= batches, DEADLINE_S):
-                raise RuntimeError(f"the load stalled at {self.batches} batches")
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.join(DEADLINE_S)
 
 
 def healed(index: Index) -> bool:
@@ -95,6 +53,7 @@ def healed(index: Index) -> bool:
 
 def one_run(wait_acks: int, before: int, lag: int, interval_s: float) -> dict[str, Any]:
     from redis_cluster import LocalCluster
+    from test_cluster import RegistrationLoad  # the failover tests' load
 
     cluster = LocalCluster(masters=3, replicas=1)
     try:
@@ -118,7 +77,7 @@ def one_run(wait_acks: int, before: int, lag: int, interval_s: float) -> dict[st
                 heal_ended.set()
 
         failover_observers.append(observe)
-        load = Load(index)
+        load = RegistrationLoad(index, "failover")
         load.start()
         monitor.start()
         try:
