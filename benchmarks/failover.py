@@ -8,7 +8,8 @@ monitor (workers/monitor.py `watch`, every `--interval` s) runs beside a load th
 parent the page before, most links crossing masters: batch_put_start then
 batch_put_end); after `--before` batches, one master's replica stops applying the
 replication stream (CLIENT PAUSE WRITE on the replica) for `--lag` more batches, the
-replication lag a failover loses, then takes over (CLUSTER FAILOVER TAKEOVER). The load stops once the cluster is healthy again. Then:
+replication lag a failover loses, then takes over (CLUSTER FAILOVER TAKEOVER). The
+load stops once the cluster is healthy again. Then:
 
   lag_s         how long the replica was paused (the lag batches' time)
   acknowledged  puts whose batch_put_start returned ok (then put_end)
