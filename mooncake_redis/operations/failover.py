@@ -86,7 +86,7 @@ class FailoverPass:
 
 
 failover_observers: list[Callable[[str, FailoverPass], None]] = []
-"""Called with (namespace, pass) after every check that saw a failover or repaired shards
+"""Called with (namespace, pass) after every check that saw a failover or checked links
 (the metrics exporter's counters)."""
 
 
