@@ -5,8 +5,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import redis
+from clock import HANG_GUARD_S, wait_until
 from ports import free_port
 from redis_server import RedisServer
 
@@ -33,6 +36,8 @@ class LocalCluster:
         self.servers: list[RedisServer] = []
         self._owned_directories: list[RedisServer] = []
         """Killed servers whose directories the restarted ones reuse; removed at stop()."""
+        self.promoted_at = 0.0
+        """When lossy_failover last saw its replica take over (time.monotonic())."""
         try:
             for _ in range(masters * (1 + replicas)):
                 self.servers.append(RedisServer(*CLUSTER_ARGS, port=free_port()))
@@ -83,6 +88,36 @@ class LocalCluster:
             if replication["role"] == "slave" and replication.get("master_link_status") != "up":
                 return False
         return True
+
+    def replica_of(self, master: RedisServer) -> RedisServer:
+        """A live replica of this master."""
+        return next(s for s in self.alive()
+                    if self.client(s).info("replication").get("master_port") == master.port)
+
+    @contextmanager
+    def lossy_failover(self, master: RedisServer) -> Iterator[RedisServer]:
+        """A failover that loses the master's last writes, as asynchronous replication
+        can: its replica stops applying the replication stream (CLIENT PAUSE WRITE on a
+        replica pauses its master link too) while the block runs the master's writes,
+        then takes over (CLUSTER FAILOVER TAKEOVER: no agreement with the master, whose
+        unsent writes are dropped). Yields the replica; returns once it serves the slots
+        and the cluster is healthy again (the old master a replica of it, its lost writes
+        gone there too). `promoted_at`: the time.monotonic() the replica was first seen a
+        master."""
+        replica = self.replica_of(master)
+        client = self.client(replica)
+        if not self.client(master).wait(1, int(HANG_GUARD_S * 1000)):
+            raise RuntimeError("the replica did not catch up before the failover")
+        client.execute_command("CLIENT", "PAUSE", int(HANG_GUARD_S * 1000), "WRITE")
+        try:
+            yield replica
+            client.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
+            wait_until(lambda: client.info("replication")["role"] == "master",
+                       "the replica to take over")
+            self.promoted_at = time.monotonic()
+        finally:
+            client.execute_command("CLIENT", "UNPAUSE")
+        self.wait_until_healthy()
 
     def restart(self, server: RedisServer) -> None:
         """Start a killed node again on its port and directory: its nodes.conf makes it

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import redis
+from clock import HANG_GUARD_S
 from ports import free_port
 
 
@@ -56,6 +57,20 @@ class RedisServer:
             except (redis.exceptions.ConnectionError, redis.exceptions.BusyLoadingError):
                 time.sleep(0.05)
         raise RuntimeError(f"redis-server on port {self.port} did not start in 10 s")
+
+    def start_replica(self) -> RedisServer:
+        """A new server replicating this one, returned once its link is up and it holds
+        everything this one had written."""
+        replica = RedisServer("--replicaof", "127.0.0.1", str(self.port))
+        try:
+            if not redis.Redis(port=self.port, socket_timeout=HANG_GUARD_S).wait(
+                    1, int(HANG_GUARD_S * 1000)):
+                raise RuntimeError(f"no replica of port {self.port} caught up in "
+                                   f"{HANG_GUARD_S:g} s")
+        except BaseException:
+            replica.stop()
+            raise
+        return replica
 
     def kill(self) -> None:
         """kill -9: no shutdown save, as a crash."""

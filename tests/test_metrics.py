@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from mooncake_redis import Index
 from mooncake_redis.capacity.eviction import TARGET_REACHED
 from mooncake_redis.cli.main import main
 from mooncake_redis.errors import NoSpace
+from mooncake_redis.operations.failover import FailoverPass
 from mooncake_redis.operations.metrics import Exporter
 from mooncake_redis.workers.jobs import QUEUE_NAME, request_eviction
 from mooncake_redis.workers.monitor import watch
@@ -490,6 +492,8 @@ def test_every_metric_the_dashboard_queries_is_served(redis_url: str) -> None:
         index.evict(target_ratio=0)
         exporter.observe_request("dash", 1)
         exporter.observe_hicache("dash", "batches_without_parent", 1)  # test_hicache's
+        exporter.observe_failover("dash", FailoverPass(  # test_failover's
+            {"127.0.0.1:7000": "0" * 40}, 16, Counter(link=1), True))
     with serving(exporter) as port:
         scraped = scrape(port)
     served = {name for name, _ in scraped}

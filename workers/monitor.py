@@ -1,7 +1,9 @@
 """The watermark monitor: keeps the shards' admission limits fresh, enqueues an eviction
 job whenever usage is above the high watermark, reclaims unfinished puts past
-put_start_release_timeout_ms at any usage (reclaim.py), and unmounts segments whose owners
-stopped heart-beating (segment_heartbeat_timeout_ms)."""
+put_start_release_timeout_ms at any usage (reclaim.py), unmounts segments whose owners
+stopped heart-beating (segment_heartbeat_timeout_ms), and heals the links a failover broke
+(operations/failover.py: a shard served under another replication ID starts a bounded
+fsck --repair sweep)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import redis
 from mooncake_redis.capacity.admission import rebalance
 from mooncake_redis.context import Context
 from mooncake_redis.errors import MooncakeRedisError, RedisUnavailable
+from mooncake_redis.operations.failover import FailoverHealer
 from mooncake_redis.operations.reclaim import Reclaimer
 from mooncake_redis.store.segments import unmount_silent
 
@@ -34,12 +37,14 @@ def watch(ctx: Context, interval_s: float = 1.0, iterations: int | None = None,
     unavailable = False
     failing = ""
     reclaimer = Reclaimer()
+    healer = FailoverHealer()
     while (iterations is None or tick < iterations) and not stop.is_set():
         try:
             new = _check(ctx, reclaimer)
             enqueued += new
             if new and on_enqueued is not None:
                 on_enqueued(new)
+            healer.step(ctx)  # last: a failing repair holds up no eviction
             if unavailable:
                 log.info("Redis available again")
                 unavailable = False

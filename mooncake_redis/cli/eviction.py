@@ -163,6 +163,7 @@ def cmd_monitor(args: argparse.Namespace) -> int:
     on_enqueued = None
     if args.metrics_port is not None:
         exporter = start_metrics(index, args)
+        exporter.count_this_process()  # failovers seen and healed, among others
         on_enqueued = functools.partial(exporter.observe_request, index.namespace)
     log.info("monitor started: namespace %r, a check every %g s", index.namespace,
              args.interval)
@@ -213,8 +214,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     worker.set_defaults(func=cmd_worker)
 
     monitor = subparsers.add_parser(
-        "monitor", help="keep the shards' admission limits fresh and enqueue an eviction job "
-                        "whenever usage is above the high watermark "
+        "monitor", help="keep the shards' admission limits fresh, enqueue an eviction job "
+                        "whenever usage is above the high watermark, and repair the links "
+                        "a Redis failover broke "
                         "(queue: $MOONCAKE_REDIS_QUEUE_URL, else the index's Redis)")
     monitor.add_argument("--interval", type=non_negative, default=1.0,
                          help="seconds between checks (default: 1)")

@@ -139,6 +139,33 @@ def check(ctx: Context, repair: bool = False, shards: Sequence[str] | None = Non
     return checker.report
 
 
+def check_links_of(ctx: Context, node_keys: Sequence[str], repair: bool = False) -> FsckReport:
+    """Only the links of these nodes (both ends: the parent each names, the children each
+    lists), checked and with repair=True mended as check() does, their shards' pending
+    links read to know which are covered: a bounded step of a sweep over a namespace's
+    node keys (operations/failover.py). Nothing else of their shards is read."""
+    checker = _Checker(ctx, repair)
+    by_tag: dict[str, list[str]] = defaultdict(list)
+    for key in node_keys:
+        by_tag[key.split("{", 1)[1].split("}", 1)[0]].append(key)
+
+    def queue(batch: Batch, tag: str) -> None:
+        batch.command("ZRANGE", ctx.schema.shard_keys(tag).pending, 0, -1)
+        for key in by_tag[tag]:
+            batch.command("HGETALL", key)
+
+    group = []
+    for tag, (pending, *nodes) in ctx.per_shard(queue, shards=sorted(by_tag)):
+        shard = _Shard(tag, {}, {}, {}, set(_or_empty(pending, [])), 0, [])
+        for key, fields in zip(by_tag[tag], nodes):
+            if _or_empty(fields, {}):
+                shard.nodes[ctx.schema.hash_of_node_key(key)] = split_node(fields)
+        group.append(shard)
+    checker.check_links(group)
+    ctx.flush()
+    return checker.report
+
+
 OTHER_LAYOUTS = (V4_LAYOUT, *(ShardLayout(count, 2) for count in SHARD_COUNTS))
 
 

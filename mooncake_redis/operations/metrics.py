@@ -1,8 +1,8 @@
 """Prometheus metrics: each namespace's capacity and tree, read from Redis at every scrape
 (the shards' exact counters: one round trip), how long it has been above its high
 watermark, and what this process did: eviction jobs and requests (worker, monitor),
-items refused by batch calls and script latencies (any process that counts them). Needs
-the `metrics` extra (prometheus-client)."""
+failovers seen and healed (monitor), items refused by batch calls and script latencies
+(any process that counts them). Needs the `metrics` extra (prometheus-client)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from mooncake_redis.errors import MooncakeRedisError
 from mooncake_redis.executor import Batch
 from mooncake_redis.observers import hicache_observers, refusal_observers, script_observers
 
+from .failover import FailoverPass, failover_observers
 from .namespaces import namespace_exists
 
 log = logging.getLogger(__name__)
@@ -199,6 +200,22 @@ class Exporter:
         self.requests = Counter("mooncake_redis_eviction_requests", "eviction jobs this "
                                 "process enqueued (the monitor, above the high watermark)",
                                 ns, registry=self.registry)
+        self.failovers = Counter("mooncake_redis_failovers", "failovers this process (the "
+                                 "monitor) saw: a Redis node serving shards under another "
+                                 "replication ID than their record", ns,
+                                 registry=self.registry)
+        self.failover_heals = Counter("mooncake_redis_failover_heals", "heals after a "
+                                      "failover this process finished (sweeps of the "
+                                      "namespace's links until one mended none)", ns,
+                                      registry=self.registry)
+        self.failover_nodes = Counter("mooncake_redis_failover_checked_nodes", "tree nodes "
+                                      "whose links those sweeps checked (at most 1,000 per "
+                                      "primary per monitor check)", ns,
+                                      registry=self.registry)
+        self.failover_repairs = Counter("mooncake_redis_failover_repairs", "what those "
+                                        "sweeps mended, by fsck's kind (link: a parent "
+                                        "that did not list its child; dangling_link)",
+                                        ["namespace", "kind"], registry=self.registry)
         self.refusals = Counter("mooncake_redis_refusals", "items refused by this process's "
                                 "batch calls, by operation and error class (NoSpace, "
                                 "ObjectLeased, ...)", ["namespace", "operation", "reason"],
@@ -229,6 +246,13 @@ class Exporter:
     def observe_request(self, namespace: str, enqueued: int) -> None:
         self.requests.labels(namespace).inc(enqueued)
 
+    def observe_failover(self, namespace: str, result: FailoverPass) -> None:
+        for kind, count in result.repaired.items():
+            self.failover_repairs.labels(namespace, kind).inc(count)
+        self.failover_nodes.labels(namespace).inc(result.checked)
+        self.failover_heals.labels(namespace).inc(int(result.healed))
+        self.failovers.labels(namespace).inc(len(result.failovers))
+
     def observe_refusal(self, namespace: str, operation: str, reason: str) -> None:
         self.refusals.labels(namespace, operation, reason).inc()
 
@@ -241,11 +265,13 @@ class Exporter:
     def _hooks(self) -> list[tuple[list[Any], Any]]:
         return [(job_observers, self.observe_job), (refusal_observers, self.observe_refusal),
                 (script_observers, self.observe_script),
-                (hicache_observers, self.observe_hicache)]
+                (hicache_observers, self.observe_hicache),
+                (failover_observers, self.observe_failover)]
 
     def count_this_process(self) -> None:
         """Count from now on what this process does: the eviction jobs it runs, the items
-        its batch calls refuse, the time of the batches carrying each script."""
+        its batch calls refuse, the time of the batches carrying each script, the
+        failovers its monitor sees and heals."""
         for observers, observe in self._hooks():
             if observe not in observers:
                 observers.append(observe)
