@@ -2,13 +2,14 @@
 step by step, with crashes, over the real Python code and the real Lua scripts.
 
 Each operation runs in its own thread with its own Index (its own writer token and
-connections). Its executor is gated: before every Redis call that may write (and before
-every run of consecutive reads, which counts as one step) the thread parks until the
-scheduler lets it go. A schedule is a sequence of choices: "let operation i take its next
-step", or "crash operation i" (it never runs again, as a client killed between two
-steps). Every schedule is run from a fresh database; invariant S is checked after every
-step, and after the last one the resolver runs (as an eviction job or fsck --repair would)
-and fsck checks every invariant.
+connections), both kept from one schedule to the next. Its executor is gated: before
+every Redis call that may write (and before every run of consecutive reads, which counts
+as one step) the thread parks until the scheduler lets it go. A schedule is a sequence of
+choices: "let operation i take its next step", or "crash operation i" (it never runs
+again, as a client killed between two steps). Every schedule is run from a fresh
+database; invariant S is checked after every step that may write or crash (a step of
+reads only leaves the state it found), and after the last one the resolver runs (as an
+eviction job or fsck --repair would) and fsck checks every invariant.
 
 Two steps of different operations that touch different shards (or only read) commute, so
 only one of their orders is explored (sleep sets, Godefroid 1996): the reduction keeps
@@ -18,6 +19,7 @@ come from one logical clock per run, so a schedule always replays the same way.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -174,12 +176,12 @@ class Gate:
                            lambda: f"operation {choice.op} to end at its crash")
         self.settle(ops)
 
-    def join(self, threads: list[threading.Thread]) -> None:
-        deadline = time.monotonic() + self.deadline_s
-        for number, thread in enumerate(threads):
-            thread.join(max(0.0, deadline - time.monotonic()))
-            if thread.is_alive():
-                raise self.hung(f"operation {number}'s thread to end")
+    def join(self, ops: int) -> None:
+        """Wait until every operation has ended (returned, failed or crashed)."""
+        with self.cv:
+            self._wait(lambda: len(self.finished) >= ops,
+                       lambda: "every operation to end (running: "
+                       f"{sorted(set(range(ops)) - self.finished)})")
 
 
 class LogicalClock:
@@ -213,7 +215,9 @@ def one_cluster_node(shard: str) -> str:
 
 
 class Slot:
-    """One operation's Index, reused across runs; each run gives it a fresh gate."""
+    """One operation's Index and thread, reused across runs; each run gives it a fresh
+    gate. The thread runs the operations given to it one at a time (a thread started per
+    schedule cost more than a step)."""
 
     def __init__(self, url: str, namespace: str, number: int,
                  settings: dict[str, Any] | None = None, partition: Partition | None = None):
@@ -260,6 +264,32 @@ class Slot:
         self.index.ctx.executor.reads = reads_in_a_step  # type: ignore[method-assign]
         self.gated = True
         """False while the slot is prepared outside any schedule (its reads run at once)."""
+        self.tasks: queue.SimpleQueue[tuple[Operation, dict[int, Any]] | None] = \
+            queue.SimpleQueue()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while (task := self.tasks.get()) is not None:
+            self._operate(*task)
+
+    def _operate(self, op: Operation, outcomes: dict[int, Any]) -> None:
+        try:
+            outcomes[self.number] = op(self.index)
+            self.index.close()
+        except Crashed as crashed:
+            outcomes[self.number] = crashed
+        except Exception as error:  # judged by the explorer
+            outcomes[self.number] = error
+        finally:
+            self.gate.finish(self.number)
+
+    def start(self, op: Operation, outcomes: dict[int, Any]) -> None:
+        """Run op in this slot's thread (after reset)."""
+        self.tasks.put((op, outcomes))
+
+    def stop(self) -> None:
+        """End the thread once it is idle."""
+        self.tasks.put(None)
 
     def reset(self, gate: Gate, clock: LogicalClock) -> None:
         ctx = self.index.ctx
@@ -314,16 +344,32 @@ class Scenario:
     ages do while a slot moves."""
 
 
+READ_NODES = """local out = {}
+for _, key in ipairs(redis.call('KEYS', ARGV[1])) do
+  out[#out + 1] = key
+  out[#out + 1] = redis.call('HGETALL', key)
+end
+return out"""
+"""Every node key of the namespace and its fields, in ONE round trip (a test database of a
+few keys; the checker reads it after every step)."""
+
+
 def invariant_s(index: Index) -> list[str]:
-    """Invariant S: a live node naming a parent is listed by that parent, which lives
-    (every primary's node keys, on a cluster)."""
-    client = index.client
-    keys = [key for keys in scan_node_keys(index.ctx) for key in keys]
-    pipe = client.pipeline(transaction=False)
-    for key in keys:
-        pipe.hgetall(key)
-    nodes = {index.ctx.schema.hash_of_node_key(key): split_node(fields)
-             for key, fields in zip(keys, pipe.execute())}
+    """Invariant S: a live node naming a parent is listed by that parent, which lives.
+    One Redis: every node read in one round trip (READ_NODES). A cluster: every primary's
+    node keys (KEYS in a script sees one node), then their fields."""
+    if index.ctx.executor.cluster:
+        keys = [key for keys in scan_node_keys(index.ctx) for key in keys]
+        pipe = index.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(key)
+        fields = pipe.execute()
+    else:
+        reply = index.client.eval(READ_NODES, 0, index.ctx.schema.node_pattern())
+        keys = reply[::2]
+        fields = [dict(zip(flat[::2], flat[1::2])) for flat in reply[1::2]]
+    nodes = {index.ctx.schema.hash_of_node_key(key): split_node(node_fields)
+             for key, node_fields in zip(keys, fields)}
     broken = []
     for child, node in nodes.items():
         parent = node.parent
@@ -355,6 +401,13 @@ class Explorer:
         """Run schedules until every reachable state (up to commuting steps) is covered;
         raise AssertionError naming the first schedule that breaks an invariant. Returns
         how many schedules ran."""
+        try:
+            return self._explore(max_runs)
+        finally:
+            for slot in self.slots:
+                slot.stop()
+
+    def _explore(self, max_runs: int) -> int:
         stack = self.run([], frozenset())
         while stack:
             node = stack[-1]
@@ -385,18 +438,16 @@ class Explorer:
         # is always old enough for a grace-0 resolver, whatever the speed of the run.
         clock = LogicalClock(self.observer.ctx.redis_time_ms() - 10_000)
         outcomes: dict[int, Any] = {}
-        threads = []
-        for slot, op in zip(self.slots, scenario.ops):
+        ops = len(scenario.ops)
+        for slot in self.slots:
             slot.reset(gate, clock)
-            threads.append(threading.Thread(target=self._operate, args=(slot, op, outcomes),
-                                            daemon=True))
-        for started, thread in enumerate(threads, 1):
-            thread.start()  # one at a time: each draws its first epoch in a fixed order
+        for started, (slot, op) in enumerate(zip(self.slots, scenario.ops), 1):
+            slot.start(op, outcomes)  # one at a time: each draws its first epoch in a fixed order
             gate.settle(started)
         choices: list[Choice] = []
         nodes: list[Node] = []
         crashes = preemptions = 0
-        while len(gate.finished) < len(threads):
+        while len(gate.finished) < ops:
             running = choices[-1].op if choices and not choices[-1].crash else None
             enabled = [Choice(op) for op in sorted(gate.parked)]
             if scenario.preemptions is not None and running in gate.parked \
@@ -424,8 +475,10 @@ class Explorer:
                 preemptions += 1
             choices.append(choice)
             crashes += choice.crash
-            gate.go(choice, len(threads))
+            gate.go(choice, ops)
             self.states += 1
+            if not choice.crash and not steps[choice.op].writes:
+                continue  # a step of reads only: the state checked after the last one stands
             broken = invariant_s(self.observer)
             if broken:
                 raise AssertionError(self._describe("invariant S broken", labels, broken))
@@ -433,13 +486,13 @@ class Explorer:
                     self.observer)):
                 raise AssertionError(self._describe("step check failed", labels, broken))
         else:
-            self._check_end(gate, threads, outcomes, labels)
-        self._stop(gate, threads)
+            self._check_end(gate, ops, outcomes, labels)
+        self._stop(gate, ops)
         return nodes
 
-    def _check_end(self, gate: Gate, threads: list[threading.Thread],
-                   outcomes: dict[int, Any], labels: list[str]) -> None:
-        gate.join(threads)
+    def _check_end(self, gate: Gate, ops: int, outcomes: dict[int, Any],
+                   labels: list[str]) -> None:
+        gate.join(ops)
         for number, outcome in sorted(outcomes.items()):
             if isinstance(outcome, Exception) and not isinstance(
                     outcome, EXPECTED_REFUSALS + self.scenario.refusals):
@@ -458,24 +511,12 @@ class Explorer:
                     from None
 
     @staticmethod
-    def _stop(gate: Gate, threads: list[threading.Thread]) -> None:
+    def _stop(gate: Gate, ops: int) -> None:
         """Crash whatever still waits (a path cut short by its sleep set)."""
         with gate.cv:
-            gate.crashing.update(range(len(threads)))
+            gate.crashing.update(range(ops))
             gate.cv.notify_all()
-        gate.join(threads)
-
-    @staticmethod
-    def _operate(slot: Slot, op: Operation, outcomes: dict[int, Any]) -> None:
-        try:
-            outcomes[slot.number] = op(slot.index)
-            slot.index.close()
-        except Crashed as crashed:
-            outcomes[slot.number] = crashed
-        except Exception as error:  # judged by the explorer
-            outcomes[slot.number] = error
-        finally:
-            slot.gate.finish(slot.number)
+        gate.join(ops)
 
     def _describe(self, what: str, labels: list[str], details: list[str]) -> str:
         return (f"{self.scenario.name}: {what} after schedule #{self.runs}:\n  "

@@ -126,6 +126,18 @@ def acknowledged_links_kept(*links: tuple[str, str], may_lose: int):
     return check
 
 
+def no_cycle_through(*hashes: str):
+    """End check: walking up from each of these nodes reaches a root."""
+    def check(index: Index, outcomes: dict) -> None:
+        for start in hashes:
+            seen, cursor = set(), start
+            while cursor is not None and cursor not in seen:
+                seen.add(cursor)
+                cursor = parent_of(index, cursor)
+            assert cursor is None, f"a cycle through {start[:8]} survived"
+    return check
+
+
 SCENARIOS = [
     Scenario("put/put, crossed parents, new nodes", setup(),
              [put(A, B), put(B, A)], crashable=[0, 1], check_end=not_both_linked),
@@ -164,6 +176,33 @@ SCENARIOS = [
     Scenario("a link the resolver keeps, then a removal", setup(put(P)),
              [put(C, P), put(C, P, rank=1), resolver, remove(C)], crashable=[1],
              preemptions=0),
+    # Links within one node (DESIGN v4 item 2): the child names its parent and the parent
+    # lists it in one script call, no pending entry, no fence. In one shard (X, Y, Z) that
+    # holds in every topology; across shards only where one node serves both (one Redis,
+    # the one-node view), so the same scenarios race a one-call link against a removal in
+    # two steps and the other way round.
+    Scenario("local link/removal of its parent, in one shard", setup(put(X)),
+             [put(Y, X), remove(X)], crashable=[0, 1]),
+    Scenario("local link/removal and re-put of its parent, in one shard", setup(put(X)),
+             [put(Y, X), remove(X), put(X, rank=1)], crashable=[0, 1],
+             preemptions=PREEMPTIONS),
+    Scenario("remove/re-put of a child, in one shard", setup(put(X), put(Y, X)),
+             [remove(Y), put(Y, X, rank=1)], crashable=[0, 1]),
+    Scenario("put/removal of its parent", setup(put(P)),
+             [put(C, P), remove(P)], crashable=[0, 1]),
+    # A batch with a parent on its node and one elsewhere (Y under X: one shard; C under
+    # P: one shard each): the first link in the call, the second in two steps, on a node
+    # per shard; both parents removed meanwhile.
+    Scenario("batch of a local and a cross-node link/removal of both parents",
+             setup(put(X), put(P)),
+             [batch_put((Y, X), (C, P)), remove(X), remove(P)], crashable=[0, 1],
+             preemptions=PREEMPTIONS),
+    # The same batch chaining a cross-node child under its local one, raced by a writer
+    # closing a cycle through both (X under C).
+    Scenario("batch of a local and a cross-node link/a writer closing a cycle",
+             setup(put(X)),
+             [batch_put((Y, X), (C, Y)), put(X, C, rank=1)], crashable=[0, 1],
+             check_end=no_cycle_through(X, Y, C)),
     Scenario("three writers closing a cycle", setup(),
              [put(A, B), put(B, C), put(C, A)], crashable=[0, 1, 2], preemptions=PREEMPTIONS,
              check_end=acknowledged_links_kept((A, B), (B, C), (C, A), may_lose=1)),
