@@ -61,6 +61,8 @@ NOT_SENT = object()
 LOST = object()
 """Reply placeholder: the call was sent but its reply never came; it may have run."""
 
+CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+
 REROUTE_ERRORS = (redis.exceptions.MovedError, redis.exceptions.AskError)
 NOT_RUN_ERRORS = (*REROUTE_ERRORS, redis.exceptions.TryAgainError,
                   redis.exceptions.ClusterDownError, redis.exceptions.ReadOnlyError,
@@ -427,7 +429,12 @@ class Executor:
             clean = pipeline.clean
             if not clean and client is not None and any(
                     isinstance(r, redis.exceptions.NoScriptError) for r in got):
-                load_scripts(client, self._scripts)
+                try:
+                    load_scripts(client, self._scripts)
+                except CONNECTION_ERRORS as error:  # the refused calls wait for a retry
+                    self._last_failure = f"{type(error).__name__}: {error}"
+                    got = [NOT_SENT if isinstance(r, redis.exceptions.NoScriptError) else r
+                           for r in got]
             replies.append((got, clean, acknowledged is LOST))
         return replies
 
@@ -750,10 +757,16 @@ def check_acks(acknowledged: Any, policy: Policy, where: str, calls: str) -> Non
 
 
 def load_scripts(client: Any, scripts: Sequence[LuaScript]) -> None:
+    """SCRIPT LOAD each script. Raises a connection error as redis-py gives it (the caller
+    retries), any other refusal as the library's error (PermissionDenied, ScriptError)."""
     pipe = client.pipeline(transaction=False)
     for script in scripts:
         pipe.script_load(script.source)
-    for script, sha in zip(scripts, pipe.execute()):
+    try:
+        shas = pipe.execute()
+    except redis.exceptions.ResponseError as error:
+        raise map_error(error) from None
+    for script, sha in zip(scripts, shas):
         if sha != script.sha:
             raise ScriptError(f"Redis computed SHA {sha} for {script.name}, expected {script.sha}")
 
