@@ -239,8 +239,11 @@ def test_junk_in_a_shards_stats_never_stops_a_write_half_way(index: Index) -> No
 
 
 def test_the_first_repair_mends_stats_and_node_junk_together(index: Index) -> None:
+    """Junk stats beside node damage in the same shard (a dangling child, whose mending
+    unlinks it there, and counters that are no numbers): one repair leaves it clean."""
     build(index)
-    index.client.hset(shard(index, B).stats, "writes", "q")
+    index.client.hset(shard(index, C).stats, "writes", "q")
+    CORRUPTIONS["dangling_child"](index)  # C lists a child that does not exist
     index.client.hset(node(index, B), mapping={"nc": "x", "b": "y"})
     repaired = check(index.ctx, repair=True)
     assert repaired.repaired, repaired.problems
