@@ -117,3 +117,21 @@ def test_a_connection_killed_during_wait_raises_outcome_unknown(master: RedisSer
     info = index.object_info(key)
     assert info is not None and info.state == "complete"  # applied on the master
 
+
+
+def test_a_resend_on_a_new_connection_is_not_told_success_while_the_replica_lags(
+        master: RedisServer, replica: RedisServer) -> None:
+    """WAIT counts acknowledgements of its connection's last write; a re-send of a put
+    already applied writes nothing. On a new connection (one that never wrote) Redis still
+    waits for the replica: the re-send is ReplicationIncomplete, not success."""
+    key = f"{page('resend')}_0_k"
+    index = waiting_index(master, "resend", wait_timeout_ms=100)
+    replica.pause()
+    try:
+        with pytest.raises(ReplicationIncomplete):
+            index.put(key, 10)
+        index.client.connection_pool.disconnect()  # the re-send goes on a new connection
+        with pytest.raises(ReplicationIncomplete):
+            index.put(key, 10)
+    finally:
+        replica.resume()
