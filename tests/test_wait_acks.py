@@ -46,6 +46,11 @@ def on_replica(replica: RedisServer, index: Index, key: str) -> bool:
     return copy.object_info(key) is not None
 
 
+def applied_on_the_master(index: Index, key: str) -> bool:
+    info = index.object_info(key)
+    return info is not None and info.state == "complete"
+
+
 def test_a_healthy_replica_acknowledges_and_the_put_succeeds(master: RedisServer,
                                                              replica: RedisServer) -> None:
     """WAIT may block longer than the socket timeout and still be read (its read timeout
@@ -70,8 +75,7 @@ def test_a_paused_replica_and_a_wait_longer_than_the_socket_timeout_is_never_suc
             index.put(key, 10)
     finally:
         replica.resume()
-    info = index.object_info(key)
-    assert info is not None and info.state == "complete"  # applied on the master
+    assert applied_on_the_master(index, key)
 
 
 def test_a_stopped_replica_raises_replication_incomplete_naming_the_acks_and_calls(
@@ -81,7 +85,7 @@ def test_a_stopped_replica_raises_replication_incomplete_naming_the_acks_and_cal
     replica.kill()
     with pytest.raises(ReplicationIncomplete, match=r"0 of wait_acks=1 .* put"):
         index.batch_put([(key, 10) for key in keys])
-    assert all(index.object_info(key) is not None for key in keys)  # applied, not confirmed
+    assert all(applied_on_the_master(index, key) for key in keys)  # not confirmed
 
 
 def test_a_connection_killed_during_wait_raises_outcome_unknown(master: RedisServer,
@@ -114,9 +118,7 @@ def test_a_connection_killed_during_wait_raises_outcome_unknown(master: RedisSer
         assert "WAIT" in str(outcome[0])
     finally:
         replica.resume()
-    info = index.object_info(key)
-    assert info is not None and info.state == "complete"  # applied on the master
-
+    assert applied_on_the_master(index, key)
 
 
 def test_a_resend_on_a_new_connection_is_not_told_success_while_the_replica_lags(
