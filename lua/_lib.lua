@@ -17,7 +17,9 @@
 -- a shard's keys when the shard is first used here, a node key by its read; all writes
 -- happen in finish(). A key Redis does not serve here ("non local key", a migrating slot)
 -- so refuses the call before anything is written, and the client sends the items again
--- shard by shard. Items are checked completely before anything is written for them, so a
+-- shard by shard. On the source of a migrating slot a key this call empties is gone for
+-- its next command too, so no key is emptied before its last write in a call (additions
+-- before removals: write_leaves, the fences in finish). Items are checked completely before anything is written for them, so a
 -- refused item leaves nothing behind; results come back one per item, a refusal as the
 -- string 'MCERR_<CODE> message'.
 --
@@ -269,11 +271,24 @@ local function move_leaf(s, hash, set0, score0, set1, score1)
   end
 end
 
+-- Additions first, then the removals of nodes not added back (the end state of removals
+-- then additions): a set never empties before its last write, so no write meets a key
+-- gone from a migrating slot's source (the opening comment).
 local function write_leaves(s)
   for set_ = 1, 2 do
-    local gone, added = s['zrem' .. set_], s['zadd' .. set_]
-    if gone then in_slices('ZREM', s.base .. INDEX_NAMES[set_], gone) end
-    if added then in_slices('ZADD', s.base .. INDEX_NAMES[set_], added) end
+    local key, gone, added = s.base .. INDEX_NAMES[set_], s['zrem' .. set_], s['zadd' .. set_]
+    if added then
+      in_slices('ZADD', key, added)
+      if gone then
+        local back, rest = {}, {}
+        for i = 2, #added, 2 do back[added[i]] = true end
+        for _, hash in ipairs(gone) do
+          if not back[hash] then rest[#rest + 1] = hash end
+        end
+        gone = rest
+      end
+    end
+    if gone and #gone > 0 then in_slices('ZREM', key, gone) end
   end
 end
 
@@ -748,13 +763,14 @@ local function finish()
     if s.outbox then in_slices('ZADD', s.base .. 'outbox', s.outbox) end
     if s.pending then in_slices('ZADD', s.base .. 'pending', s.pending) end
     if s.unpend then in_slices('ZREM', s.base .. 'pending', s.unpend) end
-    if s.fenced then
+    if s.fenced then  -- added before the expired ones go (a new fence is never expired)
       read_stats(s)
-      if s.fences + s.dfe > 0 then
+      local had = s.fences + s.dfe > 0
+      s.dfe = s.dfe + in_slices('ZADD', s.base .. 'fences', s.fenced, 'GT')
+      if had then
         s.dfe = s.dfe - redis.call('ZREMRANGEBYSCORE', s.base .. 'fences', '-inf',
           '(' .. num(now() - EPOCH_HORIZON_MS))
       end
-      s.dfe = s.dfe + in_slices('ZADD', s.base .. 'fences', s.fenced, 'GT')
     end
     write_stats(s)
     write_events(s)

@@ -74,6 +74,7 @@ READ_ONLY_COMMANDS = frozenset({
     "XLEN", "XRANGE", "ZCARD", "ZRANGE", "ZRANGEBYSCORE", "ZSCORE", "ZCOUNT", "MEMORY", "SMEMBERS",
 })
 KEYLESS_COMMANDS = frozenset({"TIME", "SCAN"})
+ASKING = ("ASKING",)
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,47 @@ def tag_of(key: str) -> str:
         if end > start + 1:
             return key[start + 1:end]
     return key
+
+
+class _Replies:
+    """What one send of a segment's pending calls came back with, sorted call by call:
+    results, calls to send again (after the slot map is read again: `reroute`; after a
+    pause: `pause`), shard calls to send again split per shard, commands to follow to the
+    node an ASK names, and calls whose reply was lost and may not be sent again."""
+
+    def __init__(self, queued: Sequence[Queued], results: list[Any], resent: set[int],
+                 unknown: list[int]):
+        self.queued, self.results, self.resent, self.unknown = queued, results, resent, unknown
+        self.resend: list[int] = []
+        self.splits: list[int] = []
+        self.asks: list[tuple[int, Any]] = []
+        self.reroute = self.pause = False
+
+    def sort(self, position: int, reply: Any, follow: bool = True) -> None:
+        item = self.queued[position]
+        if reply is LOST and not item.retry_safe:
+            self.unknown.append(position)
+        elif item.call is not None and slot_moved(reply) and item.call.splittable():
+            self.splits.append(position)
+        elif follow and isinstance(reply, redis.exceptions.AskError) and \
+                item.args[0] != "EVALSHA":
+            # a key the migrating slot's source no longer has: a command reads or writes
+            # it on the target (where the key is, or where it is created), as ASK says;
+            # a script's other keys may still be on the source, so it waits (below)
+            self.asks.append((position, reply))
+        elif reply is NOT_SENT or reply is LOST or isinstance(reply, NOT_RUN_ERRORS) or \
+                not_local(reply):
+            self.resend.append(position)
+            if reply is LOST:
+                self.resent.add(position)
+            self.reroute = True
+            # MOVED: the slot map read again says where to go; anything else (a slot
+            # migrating, a failover) needs time
+            self.pause = self.pause or not isinstance(reply, redis.exceptions.MovedError)
+        elif isinstance(reply, redis.exceptions.NoScriptError):
+            self.resend.append(position)  # the scripts were just loaded on that node
+        else:
+            self.results[position] = reply
 
 
 class Batch:
@@ -223,6 +265,8 @@ class Executor:
         self._cluster = isinstance(client, RedisCluster)
         self._last_failure = ""
         """The last connection error a pipeline met, for the error that gives up."""
+        self._map_reads = 0
+        """How many times this client has read the slot map again (_refresh)."""
         self.at_maxmemory = False
         """Redis refused a write of this client for memory (OOM) and has not taken a
         growing script (put_start, register) since: scripts are then told to free the
@@ -267,14 +311,15 @@ class Executor:
         may differ from what the first run would have said)."""
         results: list[Any] = [None] * len(queued)
         resent: set[int] = set()
+        since = self._map_reads
         if not self._cluster:  # one connection keeps the queue's order: one round trip
-            self._run_segment(queued, list(range(len(queued))), results, resent)
+            self._run_segment(queued, list(range(len(queued))), results, resent, since)
         else:
             segments: dict[int, list[int]] = defaultdict(list)
             for position, item in enumerate(queued):
                 segments[item.segment].append(position)
             for segment in sorted(segments):
-                self._run_segment(queued, segments[segment], results, resent)
+                self._run_segment(queued, segments[segment], results, resent, since)
         failed = any(issubclass(kind, Exception) for kind in set(map(type, results)))
         if failed or self.at_maxmemory:  # a batch without errors cannot enter full mode
             for item, result in zip(queued, results):
@@ -287,54 +332,49 @@ class Executor:
         return results, resent
 
     def _run_segment(self, queued: Sequence[Queued], positions: list[int],
-                     results: list[Any], resent: set[int]) -> None:
+                     results: list[Any], resent: set[int], since: int) -> None:
+        """Send the calls at `positions` until each has its reply (see the module doc);
+        `since`: the count of slot map reads when the calls were built."""
         pending = positions
         unknown: list[int] = []
         unconfirmed: list[int] = []
         shortfalls: list[ReplicationIncomplete] = []
         retries = reloads = 0
         while pending:
-            resend: list[int] = []
-            splits: list[int] = []
-            reroute = pause = False
+            if self._map_reads != since:  # shard calls may name shards moved since
+                pending = self._split_stale(queued, pending, results, resent, since)
+            step = _Replies(queued, results, resent, unknown)
             groups = self._by_node(queued, pending)
             replies = self._send_groups(groups, queued, shortfalls)
             for (_, group), (group_replies, clean, wait_lost) in zip(groups, replies):
-                if wait_lost:  # writes applied on the primary, their replication unknown
-                    unconfirmed += [position for position, reply in zip(group, group_replies)
-                                    if queued[position].writes and reply is not LOST]
+                if wait_lost:
+                    unconfirmed += unconfirmed_writes(queued, group, group_replies)
                 if clean:  # every reply came and none is an error: nothing to sort out
                     for position, reply in zip(group, group_replies):
                         results[position] = reply
                     continue
                 for position, reply in zip(group, group_replies):
-                    item = queued[position]
-                    if reply is LOST and not item.retry_safe:
-                        unknown.append(position)
-                    elif item.call is not None and slot_moved(reply) and item.call.splittable():
-                        splits.append(position)
-                    elif reply is NOT_SENT or reply is LOST or isinstance(reply, NOT_RUN_ERRORS):
-                        resend.append(position)
-                        if reply is LOST:
-                            resent.add(position)
-                        reroute = True
-                        pause = pause or not isinstance(reply, REROUTE_ERRORS)
-                    elif isinstance(reply, redis.exceptions.NoScriptError):
-                        resend.append(position)  # the scripts were just loaded on that node
-                    else:
-                        results[position] = reply
+                    step.sort(position, reply)
+            if step.asks:  # commands of a migrating slot, on the node importing it
+                asks = self._ask_groups(step.asks)
+                followed = self._send_groups(asks, queued, shortfalls, asking=True)
+                for (_, group), (group_replies, _, wait_lost) in zip(asks, followed):
+                    if wait_lost:
+                        unconfirmed += unconfirmed_writes(queued, group, group_replies)
+                    for position, reply in zip(group, group_replies):
+                        step.sort(position, reply, follow=False)
             if unknown or unconfirmed:
                 break
-            if splits:  # a call of several slots Redis refused whole: nothing of it ran
+            if step.splits:  # a call of several slots Redis refused whole: nothing of it ran
                 self._refresh(0)
-                for position in splits:
-                    self._run_split(queued[position], position, results, resent)
-            pending = sorted(resend)
-            if pending and reroute:
+                for position in step.splits:
+                    self._run_split(queued[position], position, results, resent, since)
+            pending = sorted(step.resend)
+            if pending and step.reroute:
                 retries += 1
                 if retries > self._policy.retries:
                     break
-                self._refresh(retries if pause else 0)
+                self._refresh(retries if step.pause else 0)
             elif pending:
                 reloads += 1
                 if reloads > 1:  # NOSCRIPT right after loading: give up, do not spin
@@ -360,8 +400,22 @@ class Executor:
         if shortfalls:
             raise shortfalls[0]
 
+    def _split_stale(self, queued: Sequence[Queued], pending: list[int], results: list[Any],
+                     resent: set[int], since: int) -> list[int]:
+        """Shard calls built for shards of which some are no longer on the node the call
+        routes to (the slot map was read again since) go split per shard now rather than
+        whole to a node that would refuse them; the other positions stay pending."""
+        keep = []
+        for position in pending:
+            call = queued[position].call
+            if call is not None and call.splittable() and not call.placed():
+                self._run_split(queued[position], position, results, resent, since)
+            else:
+                keep.append(position)
+        return keep
+
     def _run_split(self, item: Queued, position: int, results: list[Any],
-                   resent: set[int]) -> None:
+                   resent: set[int], since: int) -> None:
         """A shard script's call that Redis Cluster refused whole (a slot it names moved,
         or a key it touched is not served by that node: nothing of it ran), sent again as
         calls of one shard each, which reroute as any call; its reply is merged back."""
@@ -369,7 +423,7 @@ class Executor:
         sub = [part.as_queued(item.segment) for part in parts]
         sub_results: list[Any] = [None] * len(sub)
         sub_resent: set[int] = set()
-        self._run_segment(sub, list(range(len(sub))), sub_results, sub_resent)
+        self._run_segment(sub, list(range(len(sub))), sub_results, sub_resent, since)
         if sub_resent:
             resent.add(position)
         results[position] = item.call.merge(
@@ -397,17 +451,29 @@ class Executor:
             groups[name].append(position)
         return [(nodes[name], group) for name, group in groups.items()]
 
+    def _ask_groups(self, asks: list[tuple[int, Any]]) -> list[tuple[Any, list[int]]]:
+        """Positions that met ASK grouped by the node the ASK names (None: one this client
+        does not know, so they are sent again after the slot map is read)."""
+        groups: dict[str, list[int]] = defaultdict(list)
+        for position, ask in asks:
+            groups[f"{ask.host}:{ask.port}"].append(position)
+        manager = self._client.nodes_manager
+        return [(manager.get_node(node_name=name), group) for name, group in groups.items()]
+
     def _send_groups(self, groups: list[tuple[Any, list[int]]], queued: Sequence[Queued],
-                     shortfalls: list[ReplicationIncomplete]
+                     shortfalls: list[ReplicationIncomplete], asking: bool = False
                      ) -> list[tuple[list[Any], bool, bool]]:
         """Writes every node's pipeline first, then reads the replies: the nodes work in
         parallel. Per node: its replies, whether all came and none is an error, and whether
-        the reply of its WAIT was lost (sent after its writes, it never came)."""
+        the reply of its WAIT was lost (sent after its writes, it never came).
+        asking: each command goes after an ASKING (a slot the node is importing)."""
         sessions = []
         for node, group in groups:
             client = None if node is None else (node if not self._cluster
                                                  else node.redis_connection)
             commands = [queued[i].args for i in group]
+            if asking:
+                commands = [command for args in commands for command in (ASKING, args)]
             wait = self._policy.wait_acks > 0 and any(queued[i].writes for i in group)
             if wait:
                 commands.append(("WAIT", self._policy.wait_acks,
@@ -426,6 +492,8 @@ class Executor:
                     check_acks(acknowledged, self._policy, name_of(node), ", ".join(writes))
                 except ReplicationIncomplete as error:
                     shortfalls.append(error)
+            if asking:
+                got = got[1::2]
             clean = pipeline.clean
             if not clean and client is not None and any(
                     isinstance(r, redis.exceptions.NoScriptError) for r in got):
@@ -445,6 +513,7 @@ class Executor:
             backoff_ms = self._policy.backoff_ms * 2 ** (retry - 1)
             time.sleep(min(backoff_ms, MAX_BACKOFF_MS) / 1000)
         if self._cluster:
+            self._map_reads += 1
             with contextlib.suppress(redis.exceptions.RedisError,
                                      redis.exceptions.RedisClusterException):
                 self._client.nodes_manager.initialize()
@@ -746,6 +815,15 @@ def read_timeout(connection: Any, extra_ms: int) -> None:
         sock.settimeout(timeout + extra_ms / 1000)
 
 
+def unconfirmed_writes(queued: Sequence[Queued], group: list[int],
+                       replies: list[Any]) -> list[int]:
+    """The positions of a group whose WAIT reply was lost that wrote and ran: applied on
+    the primary (their replies came), their replication unknown."""
+    return [position for position, reply in zip(group, replies)
+            if queued[position].writes and reply is not LOST and reply is not NOT_SENT
+            and not isinstance(reply, (*NOT_RUN_ERRORS, redis.exceptions.NoScriptError))]
+
+
 def check_acks(acknowledged: Any, policy: Policy, where: str, calls: str) -> None:
     """Raise ReplicationIncomplete unless a WAIT reply counts enough acknowledgements."""
     if isinstance(acknowledged, int) and acknowledged >= policy.wait_acks:
@@ -780,12 +858,16 @@ def slot_moved(reply: Any) -> bool:
     """Whether Redis Cluster refused a script call whole because a slot of a key it names or
     touches is not served by the node it went to (MOVED, ASK, TRYAGAIN, CROSSSLOT, a script
     touching a "non local key"): nothing of the call ran."""
-    if isinstance(reply, (*REROUTE_ERRORS, redis.exceptions.TryAgainError)):
+    if isinstance(reply, (*REROUTE_ERRORS, redis.exceptions.TryAgainError)) or not_local(reply):
         return True
-    if isinstance(reply, redis.exceptions.ResponseError):
-        text = str(reply)
-        return "non local key" in text or "CROSSSLOT" in text
-    return False
+    return isinstance(reply, redis.exceptions.ResponseError) and "CROSSSLOT" in str(reply)
+
+
+def not_local(reply: Any) -> bool:
+    """Whether a script was refused at a key its node does not serve now (its slot moved,
+    or is migrating and the key is gone from it). Every script touches each key it writes
+    before its first write (lua/_lib.lua), so nothing of it ran."""
+    return isinstance(reply, redis.exceptions.ResponseError) and "non local key" in str(reply)
 
 
 def map_error(result: Any) -> Any:

@@ -204,6 +204,15 @@ class NodeCall:
         lets its cascades count other shards as served here."""
         return len(self.shards) > 1 or self.served != self.routing_shard
 
+    def placed(self) -> bool:
+        """Whether the node its key routes to still serves every shard it was built for,
+        as the slot map has them now (the map may have been read again since)."""
+        if not self.served or self.routing_shard is None:
+            return True
+        node_of = self.placement.node_of
+        node = node_of(self.routing_shard)
+        return all(node_of(shard) == node for shard in self.served.split(","))
+
     # -- a call that Redis Cluster refused whole (a slot moved): sent again per shard ------
 
     def split(self) -> list[NodeCall]:

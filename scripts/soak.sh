@@ -9,6 +9,7 @@
 #   ./scripts/soak.sh 3600          an hour
 #   ./scripts/soak.sh 600 --clients 12 --evictors 3 --pages 200000 --capacity 1000000
 #   ./scripts/soak.sh 600 --url redis://127.0.0.1:6379/0 --namespace soak-1
+#   ./scripts/soak.sh 600 --kill-every 30 --cluster   on a throwaway 3-master cluster
 # Extra arguments go to tests/soak.py (see --help). The CI version is tests/test_soak.py
 # (6 seconds, 3 clients, 2 evictors). Objects are 10 bytes; capacity is in bytes.
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"

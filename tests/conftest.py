@@ -16,6 +16,7 @@ import pytest
 import redis
 from redis_cluster import LocalCluster
 from redis_server import RedisServer
+from script_calls import ScriptCalls
 
 from mooncake_redis import Index
 
@@ -43,8 +44,18 @@ def redis_cluster() -> Iterator[LocalCluster]:
 
 
 @pytest.fixture
-def cluster_url(redis_cluster: LocalCluster) -> str:
-    """The session's cluster, emptied on every master."""
+def script_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptCalls]:
+    """Every script call the test's clients send to a cluster node, each checked at the
+    end to have named keys of the one node it was sent to (tests/script_calls.py)."""
+    recorder = ScriptCalls().install(monkeypatch)
+    yield recorder
+    recorder.assert_one_node_each()
+
+
+@pytest.fixture
+def cluster_url(redis_cluster: LocalCluster, script_calls: ScriptCalls) -> str:
+    """The session's cluster, emptied on every master; every script call a test sends
+    there names keys of one node (script_calls)."""
     for master in redis_cluster.masters():
         redis_cluster.client(master).flushall()
     return redis_cluster.url

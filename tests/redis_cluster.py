@@ -94,3 +94,70 @@ class LocalCluster:
     def stop(self) -> None:
         for server in self.servers + self._owned_directories:
             server.stop()
+
+    def owner(self, slot: int) -> RedisServer:
+        """The master serving a slot now (as the cluster says, not a client's map)."""
+        for start, end, master, *_ in self.client(self.alive()[0]).cluster("slots"):
+            if int(start) <= slot <= int(end):
+                return next(s for s in self.alive() if s.port == int(master[1]))
+        raise AssertionError(f"no master serves slot {slot}")
+
+    def move_slot(self, slot: int, target: RedisServer) -> SlotMove:
+        """A move of a slot to another master, step by step (SlotMove)."""
+        return SlotMove(self, slot, self.owner(slot), target)
+
+
+class SlotMove:
+    """Moving a slot with its keys as `redis-cli --cluster reshard` does, one step at a
+    time, so a test can stop between them: open() (the target IMPORTING, the source
+    MIGRATING), move_keys() (MIGRATE ... KEYS, some or all), close() (the rest of the
+    keys, then CLUSTER SETSLOT ... NODE on every master), or the whole of it: run()."""
+
+    def __init__(self, cluster: LocalCluster, slot: int, source: RedisServer,
+                 target: RedisServer):
+        if source.port == target.port:
+            raise AssertionError(f"slot {slot} is already on {target.port}")
+        self.cluster, self.slot, self.source, self.target = cluster, slot, source, target
+        self.source_client, self.target_client = cluster.client(source), cluster.client(target)
+        self.target_id = self.target_client.execute_command("CLUSTER", "MYID")
+        self.opened = self.closed = False
+
+    def open(self) -> SlotMove:
+        self.opened = True
+        source_id = self.source_client.execute_command("CLUSTER", "MYID")
+        self.target_client.execute_command("CLUSTER", "SETSLOT", self.slot, "IMPORTING",
+                                           source_id)
+        self.source_client.execute_command("CLUSTER", "SETSLOT", self.slot, "MIGRATING",
+                                           self.target_id)
+        return self
+
+    def keys(self) -> list[str]:
+        """The slot's keys still on the source."""
+        return list(self.source_client.execute_command("CLUSTER", "GETKEYSINSLOT",
+                                                       self.slot, 10_000))
+
+    def move_keys(self, keys: list[str] | None = None) -> None:
+        """Migrate these keys (default: every key still on the source) to the target."""
+        keys = self.keys() if keys is None else keys
+        if keys:
+            self.source_client.execute_command("MIGRATE", "127.0.0.1", self.target.port, "",
+                                               0, 5000, "KEYS", *keys)
+
+    def close(self) -> None:
+        """The rest of the keys, then the slot is the target's on every master."""
+        self.move_keys()
+        others = [m for m in self.cluster.masters() if m.port not in
+                  (self.source.port, self.target.port)]
+        for server in (self.target, self.source, *others):
+            self.cluster.client(server).execute_command("CLUSTER", "SETSLOT", self.slot,
+                                                        "NODE", self.target_id)
+        self.closed = True
+        self.cluster.wait_until_healthy()
+
+    def run(self) -> None:
+        self.open()
+        self.close()
+
+    def back(self) -> None:
+        """Move the slot back where it was (the session cluster's layout, as it was)."""
+        SlotMove(self.cluster, self.slot, self.target, self.source).run()

@@ -211,6 +211,8 @@ def run_soak(url: str, namespace: str = "soak", seconds: float = 6, clients: int
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--url", help="a Redis to use (default: start a throwaway one)")
+    parser.add_argument("--cluster", action="store_true",
+                        help="start a throwaway 3-master Redis Cluster instead of one server")
     parser.add_argument("--namespace", default="soak")
     parser.add_argument("--seconds", type=float, default=600)
     parser.add_argument("--clients", type=int, default=6)
@@ -223,7 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="which actors the kills choose")
     args = parser.parse_args(argv)
     server = None
-    if args.url is None:
+    if args.url is None and args.cluster:
+        from redis_cluster import LocalCluster
+
+        server = LocalCluster(masters=3)
+    elif args.url is None:
         from redis_server import RedisServer
 
         server = RedisServer("--appendonly", "yes", "--appendfsync", "everysec")

@@ -10,6 +10,8 @@ conftest.py; this module covers what only a cluster has.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -23,10 +25,12 @@ from redis.cluster import ClusterNode
 from redis.crc import key_slot
 from redis_cluster import LocalCluster
 from redis_server import RedisServer
+from script_calls import ScriptCalls
 
 from mooncake_redis import ConfigurationError, Index, MooncakeRedisError, ReplicationIncomplete
 from mooncake_redis.executor import CrossSlotCall, load_scripts
 from mooncake_redis.operations.fsck import FsckReport, check
+from mooncake_redis.scripts import SCRIPT_NAMES
 from mooncake_redis.tree.links import pending_member
 
 LIVENESS_DEADLINE_S = 60
@@ -164,17 +168,8 @@ def test_the_write_step_waits_for_the_link_step_on_another_master(
 def migrate_slot(cluster: LocalCluster, slot: int, source: RedisServer,
                  target: RedisServer) -> None:
     """Move a slot with its keys, as redis-cli --cluster reshard does."""
-    source_client, target_client = cluster.client(source), cluster.client(target)
-    source_id = source_client.execute_command("CLUSTER", "MYID")
-    target_id = target_client.execute_command("CLUSTER", "MYID")
-    target_client.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
-    source_client.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
-    while keys := source_client.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
-        source_client.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000,
-                                      "KEYS", *keys)
-    for server in (target, source, *(m for m in cluster.masters() if m not in (source, target))):
-        cluster.client(server).execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
-    cluster.wait_until_healthy()
+    assert cluster.owner(slot).port == source.port
+    cluster.move_slot(slot, target).run()
 
 
 def test_moved_after_a_slot_migration_refreshes_the_slot_map(
@@ -407,3 +402,85 @@ def test_a_failover_loses_a_suffix_of_one_masters_writes_and_fsck_repairs_the_li
     print(f"\nrolled back one master: {len(lost)} of {len(load.acknowledged)} acknowledged "
           f"puts lost, fsck after the resolver {dict(report.counts)}")
     assert_losses_explained(index, report, lost, slots_of(redis_cluster, victim))
+
+
+# -- every script, each call on keys of one node ----------------------------------------
+
+
+def test_every_script_runs_on_the_cluster_on_keys_of_one_node(
+        redis_cluster: LocalCluster, cluster_url: str, script_calls: ScriptCalls) -> None:
+    """A workload that calls every script the library loads (scripts.SCRIPT_NAMES) on the
+    3-master cluster: each call's keys (its KEYS and those it builds from the shard tags
+    of its packed argument) are in slots of the one master it went to, and no call was
+    refused for a key elsewhere. A script added without a way here to run it fails this."""
+    calls = script_calls
+    index = Index.from_url(cluster_url, namespace="every", capacity_bytes=16 * 64)
+    chain = [page(f"every-{number}") for number in range(24)]
+    index.mount_segment("seg", 1 << 20)
+    results = index.batch_put_start([(f"{h}_0_k", 1, p) for h, p in zip(chain, [None, *chain])])
+    assert all(r.ok for r in results), results
+    assert all(r.ok for r in index.batch_put_end([f"{h}_0_k" for h in chain[:12]]))
+    leaves = [page(f"every-put-{n}") for n in range(8)]
+    assert all(r.ok for r in index.batch_put([(f"{h}_1_k", 1, None) for h in leaves]))
+    index.batch_register_radix_tree_node([(page(f"every-reg-{n}"), chain[-1], [])
+                                          for n in range(4)])
+    index.put(f"{page('every-seg')}_0_k", 1, replicas=[("seg", "0x1")])
+    index.batch_get([f"{h}_0_k" for h in chain[:4]])
+    index.remove(f"{chain[-1]}_0_k", force=True)
+    consumer = index.events(start="earliest", block_ms=0, follow=False)
+    consumer.read()
+    consumer.close()
+    index.unmount_segment("seg")
+    report = index.evict(target_ratio=0.0)
+    assert report.objects > 0, report
+    for h, p in zip(chain[:3], [None, *chain[:2]]):  # a tree to damage, as test_fsck does
+        index.put(f"{h}_2_k", 1, parent_block_hash=p)
+    index.client.hset(index.ctx.schema.node(chain[1]), "b", 999)
+    index.client.hset(index.ctx.schema.shard_keys(index.ctx.shard(chain[0])).stats,
+                      "objects", 5)
+    index.client.hset(index.ctx.schema.node(chain[0]), chain[1], "abc")
+    check(index.ctx, repair=True)
+    index.resolve(grace_ms=0)
+    owner_of = {slot: f"127.0.0.1:{redis_cluster.owner(slot).port}"
+                for call in calls.calls for slot in call.slots}
+    calls.assert_served_where_sent(owner_of)
+    assert set(SCRIPT_NAMES) - calls.scripts() == set()
+
+
+def test_resharding_with_redis_cli_during_registrations_lands_each_put_once() -> None:
+    """`redis-cli --cluster reshard` moves every slot of one master to another while a
+    thread registers chains (cross-master links, two steps each) and completes them: no
+    batch fails (a shard's writes wait out its slot's move), every acknowledged put is
+    there once (the exact counters count them), and fsck finds nothing. A cluster of its
+    own: the session's keeps its slot layout."""
+    cluster = LocalCluster(masters=3)
+    try:
+        index = Index.from_url(cluster.url, namespace="reshard")
+        source, target = cluster.masters()[:2]
+        moved = slots_of(cluster, source)
+        ids = [cluster.client(s).execute_command("CLUSTER", "MYID") for s in (source, target)]
+        load = RegistrationLoad(index, "reshard")
+        load.start()
+        try:
+            load.wait_for(batches=10)
+            reshard = subprocess.run(
+                [shutil.which("redis-cli") or "redis-cli", "--cluster", "reshard",
+                 f"127.0.0.1:{source.port}", "--cluster-from", ids[0], "--cluster-to", ids[1],
+                 "--cluster-slots", str(len(moved)), "--cluster-yes"],
+                capture_output=True, text=True, timeout=LIVENESS_DEADLINE_S * 5)
+            assert reshard.returncode == 0, reshard.stdout[-2000:] + reshard.stderr[-2000:]
+            during = load.batches
+            load.wait_for(batches=during + 10)
+        finally:
+            load.stop()
+        assert slots_of(cluster, source) == set() and moved <= slots_of(cluster, target)
+        print(f"\nresharding {len(moved)} slots: {len(load.acknowledged)} puts acknowledged in "
+              f"{load.batches} batches ({during} before the move ended), failed batches "
+              f"{dict(load.failures)}")
+        assert not load.failures
+        assert [key for key in load.acknowledged if index.object_info(key) is None] == []
+        assert index.usage().objects == len(set(load.acknowledged))
+        report = settled_report(index)
+        assert report.clean, report.problems
+    finally:
+        cluster.stop()

@@ -47,6 +47,9 @@ NOT_RUN = {
     ("BENCHMARKS.md", ".venv/bin/python -m benchmarks --only floor --only mooncake"):
         "the same",
     ("BENCHMARKS.md", "./scripts/bench.sh --only floor"): "the same",
+    ("BENCHMARKS.md", "MOONCAKE_PEER_VENV=.venv-peer .venv/bin/python -m benchmarks.engine"):
+        "the engine benchmark and the callgrind counts take minutes to an hour: "
+        "tests/test_benchmarks.py runs the engine benchmark at its smallest",
     ("BENCHMARKS.md", ".venv/bin/python -m benchmarks --only floor      # before"): "the same",
     ("INTEGRATIONS.md", "export PYTHONHASHSEED=0"):
         "starts a vLLM engine, which the tests do not install: tests/test_vllm_ingest.py "
