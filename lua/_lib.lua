@@ -70,6 +70,15 @@ local function num(x)
   return text
 end
 
+-- HINCRBY a shard stats field. A junk value there (anyone who can write the namespace can
+-- write one) fails HINCRBY, and a script is not rolled back: its writes before that would
+-- stay and the call would fail. Stats are counts fsck recounts, so the field is set to the
+-- increment instead: a wrong count, which fsck reports and --repair mends.
+local function add_stat(stats, field, by)
+  local reply = redis.pcall('HINCRBY', stats, field, by)
+  if type(reply) == 'table' and reply.err then redis.call('HSET', stats, field, by) end
+end
+
 local function fail(code, message)
   return 'MCERR_' .. code .. ' ' .. message
 end
@@ -350,10 +359,10 @@ local function write_stats(s)
   local delta = s.seg
   if delta then
     for segment, bytes in pairs(delta) do
-      if bytes ~= 0 then redis.call('HINCRBY', s.stats, 'su:' .. segment, bytes) end
+      if bytes ~= 0 then add_stat(s.stats, 'su:' .. segment, bytes) end
     end
   end
-  if s.dlk ~= 0 then redis.call('HINCRBY', s.stats, 'links', s.dlk) end
+  if s.dlk ~= 0 then add_stat(s.stats, 'links', s.dlk) end
   if not s.wrote and s.du == 0 and s.dobj == 0 and s.dn == 0 and s.dfe == 0 and
       s.dsh == 0 then
     return
@@ -365,12 +374,12 @@ local function write_stats(s)
       'writes', num(s.writes + 1))
     return
   end
-  if s.du ~= 0 then redis.call('HINCRBY', s.stats, 'used_bytes', s.du) end
-  if s.dobj ~= 0 then redis.call('HINCRBY', s.stats, 'objects', s.dobj) end
-  if s.dn ~= 0 then redis.call('HINCRBY', s.stats, 'nodes', s.dn) end
-  if s.dfe ~= 0 then redis.call('HINCRBY', s.stats, 'fences', s.dfe) end
-  if s.dsh ~= 0 then redis.call('HINCRBY', s.stats, 'shells', s.dsh) end
-  redis.call('HINCRBY', s.stats, 'writes', 1)
+  if s.du ~= 0 then add_stat(s.stats, 'used_bytes', s.du) end
+  if s.dobj ~= 0 then add_stat(s.stats, 'objects', s.dobj) end
+  if s.dn ~= 0 then add_stat(s.stats, 'nodes', s.dn) end
+  if s.dfe ~= 0 then add_stat(s.stats, 'fences', s.dfe) end
+  if s.dsh ~= 0 then add_stat(s.stats, 'shells', s.dsh) end
+  add_stat(s.stats, 'writes', 1)
 end
 
 -- Whether the client's cycle walk for a link into shard s still holds: '1' (a walk that

@@ -12,7 +12,8 @@
 -- Returns: {'recounted', used_bytes, objects, nodes, stale leaf entries dropped} or
 --          {'changed'}
 -- The bytes per segment (su:<segment>) and the shells (nodes with children and no
--- objects) are recounted too.
+-- objects) are recounted too; the write and link counters and the limit are mended if
+-- they are no integers.
 local s = shard(A[8])
 local STATS = s.stats
 if (redis.call('HGET', STATS, 'writes') or '0') ~= A[9] then return {'changed'} end
@@ -55,6 +56,15 @@ for _, index in ipairs({s.base .. 'leaves', s.base .. 'soft_leaves'}) do
       redis.call('ZREM', index, member)
       dropped = dropped + 1
     end
+  end
+end
+-- counters that are no integers (planted): writes and links start again from 0 (a change
+-- either way for whoever read them), a limit goes (the default share holds)
+for _, f in ipairs({'writes', 'links', 'limit'}) do
+  local v = redis.call('HGET', STATS, f)
+  local digits = v and string.match(v, '^%-?(%d+)$')
+  if v and not (digits and #digits <= 18) then
+    if f == 'limit' then redis.call('HDEL', STATS, f) else redis.call('HSET', STATS, f, '0') end
   end
 end
 local fences = redis.call('ZCARD', s.base .. 'fences')

@@ -9,5 +9,5 @@
 local s = shard(A[8])
 local dropped = redis.call('ZREMRANGEBYSCORE', s.base .. 'fences', '-inf',
   '(' .. num(now() - EPOCH_HORIZON_MS))
-if dropped > 0 then redis.call('HINCRBY', s.stats, 'fences', -dropped) end
+if dropped > 0 then add_stat(s.stats, 'fences', -dropped) end
 return dropped

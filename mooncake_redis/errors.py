@@ -148,7 +148,9 @@ class OutcomeUnknown(MooncakeRedisError):
     """The connection to a Redis node was lost after a call that is not safe to re-send
     had been sent: it may or may not have run. Look before retrying (object_info, get_node).
     put_start, put_end and registrations are safe to re-send (they carry the writer's
-    token) and never raise this; removals and evictions can."""
+    token): without wait_acks they never raise this; removals and evictions can. With
+    wait_acks, any write raises it when the reply of the WAIT after it never came (the
+    write ran on the primary, whether replicas have it is unknown): send puts again."""
 
     code = "OUTCOME_UNKNOWN"
 
@@ -179,7 +181,9 @@ class StoreFull(MooncakeRedisError):
 
 class ReplicationIncomplete(MooncakeRedisError):
     """wait_acks > 0 and fewer Redis replicas acknowledged the writes in wait_timeout_ms: they
-    are applied on the primary, but a failover now could lose them."""
+    are applied on the primary, but a failover now could lose them. Raised for the whole
+    call (the message names the node, the count and the calls it covered); the steps after
+    it were not sent: send the call again (puts are safe to re-send)."""
 
     code = "REPLICATION_INCOMPLETE"
 

@@ -61,6 +61,8 @@ NOT_SENT = object()
 LOST = object()
 """Reply placeholder: the call was sent but its reply never came; it may have run."""
 
+CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+
 REROUTE_ERRORS = (redis.exceptions.MovedError, redis.exceptions.AskError)
 NOT_RUN_ERRORS = (*REROUTE_ERRORS, redis.exceptions.TryAgainError,
                   redis.exceptions.ClusterDownError, redis.exceptions.ReadOnlyError,
@@ -335,6 +337,7 @@ class Executor:
         `since`: the count of slot map reads when the calls were built."""
         pending = positions
         unknown: list[int] = []
+        unconfirmed: list[int] = []
         shortfalls: list[ReplicationIncomplete] = []
         retries = reloads = 0
         while pending:
@@ -343,7 +346,9 @@ class Executor:
             step = _Replies(queued, results, resent, unknown)
             groups = self._by_node(queued, pending)
             replies = self._send_groups(groups, queued, shortfalls)
-            for (_, group), (group_replies, clean) in zip(groups, replies):
+            for (_, group), (group_replies, clean, wait_lost) in zip(groups, replies):
+                if wait_lost:
+                    unconfirmed += unconfirmed_writes(queued, group, group_replies)
                 if clean:  # every reply came and none is an error: nothing to sort out
                     for position, reply in zip(group, group_replies):
                         results[position] = reply
@@ -353,10 +358,12 @@ class Executor:
             if step.asks:  # commands of a migrating slot, on the node importing it
                 asks = self._ask_groups(step.asks)
                 followed = self._send_groups(asks, queued, shortfalls, asking=True)
-                for (_, group), (group_replies, _) in zip(asks, followed):
+                for (_, group), (group_replies, _, wait_lost) in zip(asks, followed):
+                    if wait_lost:
+                        unconfirmed += unconfirmed_writes(queued, group, group_replies)
                     for position, reply in zip(group, group_replies):
                         step.sort(position, reply, follow=False)
-            if unknown:
+            if unknown or unconfirmed:
                 break
             if step.splits:  # a call of several slots Redis refused whole: nothing of it ran
                 self._refresh(0)
@@ -376,6 +383,13 @@ class Executor:
             calls = ", ".join(describe(queued[i]) for i in unknown[:3])
             raise OutcomeUnknown(f"connection lost after sending {len(unknown)} call(s) that are "
                                  f"not safe to re-send ({calls}); they may or may not have run")
+        if unconfirmed:
+            calls = ", ".join(describe(queued[i]) for i in unconfirmed[:3])
+            raise OutcomeUnknown(
+                f"connection lost waiting for the reply of WAIT after {len(unconfirmed)} "
+                f"write(s) ({calls}): they ran on the primary, but whether wait_acks="
+                f"{self._policy.wait_acks} Redis replicas have them is unknown; send them "
+                "again if they are safe to re-send (puts are), else look first")
         if pending:
             unavailable = ClusterUnavailable if self._cluster else RedisUnavailable
             where = "Redis Cluster" if self._cluster else f"Redis at {server_of(self._client)}"
@@ -448,9 +462,10 @@ class Executor:
 
     def _send_groups(self, groups: list[tuple[Any, list[int]]], queued: Sequence[Queued],
                      shortfalls: list[ReplicationIncomplete], asking: bool = False
-                     ) -> list[tuple[list[Any], bool]]:
+                     ) -> list[tuple[list[Any], bool, bool]]:
         """Writes every node's pipeline first, then reads the replies: the nodes work in
-        parallel. Per node: its replies, and whether all came and none is an error.
+        parallel. Per node: its replies, whether all came and none is an error, and whether
+        the reply of its WAIT was lost (sent after its writes, it never came).
         asking: each command goes after an ASKING (a slot the node is importing)."""
         sessions = []
         for node, group in groups:
@@ -463,26 +478,32 @@ class Executor:
             if wait:
                 commands.append(("WAIT", self._policy.wait_acks,
                                  self._policy.wait_timeout_ms))
-            sessions.append((node, client, wait, Pipeline.start(client, commands)))
+            sessions.append((node, client, wait, group, Pipeline.start(
+                client, commands, self._policy.wait_timeout_ms if wait else 0)))
         replies = []
-        for node, client, wait, pipeline in sessions:
+        for node, client, wait, group, pipeline in sessions:
             got = pipeline.finish()
             if pipeline.error is not None:
                 self._last_failure = f"{type(pipeline.error).__name__}: {pipeline.error}"
-            if wait:
-                acknowledged = got.pop()
-                if acknowledged is not NOT_SENT and acknowledged is not LOST:
-                    try:
-                        check_acks(acknowledged, self._policy, name_of(node))
-                    except ReplicationIncomplete as error:
-                        shortfalls.append(error)
+            acknowledged = got.pop() if wait else None
+            if wait and acknowledged is not NOT_SENT and acknowledged is not LOST:
+                try:
+                    writes = [describe(queued[i]) for i in group if queued[i].writes]
+                    check_acks(acknowledged, self._policy, name_of(node), ", ".join(writes))
+                except ReplicationIncomplete as error:
+                    shortfalls.append(error)
             if asking:
                 got = got[1::2]
             clean = pipeline.clean
             if not clean and client is not None and any(
                     isinstance(r, redis.exceptions.NoScriptError) for r in got):
-                load_scripts(client, self._scripts)
-            replies.append((got, clean))
+                try:
+                    load_scripts(client, self._scripts)
+                except CONNECTION_ERRORS as error:  # the refused calls wait for a retry
+                    self._last_failure = f"{type(error).__name__}: {error}"
+                    got = [NOT_SENT if isinstance(r, redis.exceptions.NoScriptError) else r
+                           for r in got]
+            replies.append((got, clean, acknowledged is LOST))
         return replies
 
     def _refresh(self, retry: int) -> None:
@@ -503,9 +524,12 @@ class Pipeline:
     Tells apart a connection that could not be made (NOT_SENT: nothing ran) from one lost
     after sending (LOST for each reply that never came: those calls may have run)."""
 
-    def __init__(self, client: Any, commands: list[tuple[Any, ...]]):
+    def __init__(self, client: Any, commands: list[tuple[Any, ...]], wait_ms: int = 0):
         self.client = client
         self.commands = commands
+        self.wait_ms = wait_ms
+        """How long the last command (a WAIT) may block on the server: replies are read
+        with the socket timeout plus this, so that a WAIT's reply is not taken for lost."""
         self.connection: Any = None
         self.failed: Any = None
         self.error: BaseException | None = None
@@ -514,8 +538,8 @@ class Pipeline:
         """After finish(): every reply came and none is an error."""
 
     @classmethod
-    def start(cls, client: Any, commands: list[tuple[Any, ...]]) -> Pipeline:
-        pipeline = cls(client, commands)
+    def start(cls, client: Any, commands: list[tuple[Any, ...]], wait_ms: int = 0) -> Pipeline:
+        pipeline = cls(client, commands, wait_ms)
         if client is None:
             pipeline.failed = NOT_SENT
             return pipeline
@@ -545,6 +569,8 @@ class Pipeline:
             return [self.failed] * len(self.commands)
         replies: list[Any] = []
         try:
+            if self.wait_ms:
+                read_timeout(self.connection, self.wait_ms)
             lean = LeanReader.of(self.connection)
             if lean is not None:
                 self.clean = lean.read(self.client, self.connection, self.commands, replies)
@@ -574,6 +600,8 @@ class Pipeline:
             self.connection.disconnect()
             self.client.connection_pool.release(self.connection)
         else:
+            if self.wait_ms:
+                read_timeout(self.connection, 0)
             idle_connections.keep(self.client.connection_pool, self.connection)
         self.connection = None
 
@@ -778,21 +806,45 @@ def name_of(node: Any) -> str:
     return getattr(node, "name", "redis")
 
 
-def check_acks(acknowledged: Any, policy: Policy, where: str) -> None:
+def read_timeout(connection: Any, extra_ms: int) -> None:
+    """Set a connection's socket to read with its socket timeout plus extra_ms (none when
+    it has no timeout, or no real socket: fakeredis)."""
+    sock = getattr(connection, "_sock", None)
+    timeout = getattr(connection, "socket_timeout", None)
+    if timeout and isinstance(sock, socket.socket):
+        sock.settimeout(timeout + extra_ms / 1000)
+
+
+def unconfirmed_writes(queued: Sequence[Queued], group: list[int],
+                       replies: list[Any]) -> list[int]:
+    """The positions of a group whose WAIT reply was lost that wrote and ran: applied on
+    the primary (their replies came), their replication unknown."""
+    return [position for position, reply in zip(group, replies)
+            if queued[position].writes and reply is not LOST and reply is not NOT_SENT
+            and not isinstance(reply, (*NOT_RUN_ERRORS, redis.exceptions.NoScriptError))]
+
+
+def check_acks(acknowledged: Any, policy: Policy, where: str, calls: str) -> None:
     """Raise ReplicationIncomplete unless a WAIT reply counts enough acknowledgements."""
     if isinstance(acknowledged, int) and acknowledged >= policy.wait_acks:
         return
     raise ReplicationIncomplete(
-        f"{where}: writes acknowledged by {acknowledged!r} Redis replicas, wait_acks="
-        f"{policy.wait_acks} within {policy.wait_timeout_ms} ms; they are applied on the "
-        "primary but a failover now could lose them")
+        f"{where}: WAIT counted {acknowledged!r} of wait_acks={policy.wait_acks} Redis "
+        f"replica acknowledgements within {policy.wait_timeout_ms} ms for {calls}; these "
+        "writes are applied on the primary but a failover now could lose them")
 
 
 def load_scripts(client: Any, scripts: Sequence[LuaScript]) -> None:
+    """SCRIPT LOAD each script. Raises a connection error as redis-py gives it (the caller
+    retries), any other refusal as the library's error (PermissionDenied, ScriptError)."""
     pipe = client.pipeline(transaction=False)
     for script in scripts:
         pipe.script_load(script.source)
-    for script, sha in zip(scripts, pipe.execute()):
+    try:
+        shas = pipe.execute()
+    except redis.exceptions.ResponseError as error:
+        raise map_error(error) from None
+    for script, sha in zip(scripts, shas):
         if sha != script.sha:
             raise ScriptError(f"Redis computed SHA {sha} for {script.name}, expected {script.sha}")
 

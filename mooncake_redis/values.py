@@ -175,6 +175,14 @@ def is_epoch_text(value: object) -> bool:
         and int(value) < MAX_EXACT
 
 
+_INTEGER = re.compile(r"-?[0-9]{1,18}")
+
+
+def is_counter_text(value: object) -> bool:
+    """Whether a stored counter (a shard stats field) is an integer HINCRBY can add to."""
+    return isinstance(value, str) and _INTEGER.fullmatch(value) is not None
+
+
 def object_value_damage(value: str) -> str | None:
     """None for a value of this format that the scripts read as this module does;
     "newer" for a value of a later format version (it starts with another version digit:

@@ -209,7 +209,7 @@ def install_tripwire(client: Client, rng: random.Random, log: Log, stall: bool =
         target, call, pipeline = "put_end", 1, 1
     calls = pipelines = 0
 
-    def start(cls: Any, redis_client: Any, commands: list[tuple[Any, ...]]) -> Any:
+    def start(cls: Any, redis_client: Any, commands: list[tuple[Any, ...]], *rest: Any) -> Any:
         nonlocal calls, pipelines
         if client.current == target:
             if client.call_started:  # the first pipeline of the next call of the kind
@@ -228,7 +228,7 @@ def install_tripwire(client: Client, rng: random.Random, log: Log, stall: bool =
                 connection._sock.sendall(payload[:cut])
                 log("tripwire", target, pipelines, cut, len(payload))
                 os.kill(os.getpid(), signal.SIGKILL)
-        return original(cls, redis_client, commands)
+        return original(cls, redis_client, commands, *rest)
 
     executor.Pipeline.start = classmethod(start)  # type: ignore[method-assign,assignment]
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -77,9 +78,32 @@ class RedisServer:
         self.process.kill()
         self.process.wait(timeout=60)
 
+    def pause(self) -> None:
+        """kill -STOP: the process is there (its connections stay open) but does nothing,
+        as a replica that has fallen far behind."""
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.process.poll() is None:
+            self.resume()  # a paused server would not act on SIGTERM
             self.process.terminate()
             self.process.wait(timeout=10)
         if self._owns_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def start_replica(master: RedisServer) -> RedisServer:
+    """A redis-server replicating `master`, returned once its link to it is up (the
+    initial sync done)."""
+    replica = RedisServer("--replicaof", "127.0.0.1", str(master.port))
+    client = redis.Redis(port=replica.port, socket_timeout=5, decode_responses=True)
+    deadline = time.monotonic() + 30
+    while client.info("replication").get("master_link_status") != "up":
+        if time.monotonic() > deadline:
+            replica.stop()
+            raise RuntimeError(f"replica on port {replica.port} did not sync in 30 s")
+        time.sleep(0.01)
+    return replica

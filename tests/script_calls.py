@@ -74,7 +74,7 @@ class ScriptCalls:
             replies = original(executor, groups, queued, shortfalls, **options)
             if executor.cluster:
                 slot_map = executor._client.nodes_manager
-                for (node, group), (got, _) in zip(groups, replies):
+                for (node, group), (got, *_) in zip(groups, replies):
                     for position, reply in zip(group, got):
                         item = queued[position]
                         if node is None or item.args[0] != "EVALSHA":

@@ -125,6 +125,12 @@ PLANTED: dict[str, tuple[str, Plant]] = {
         node(ix, B), mapping={"nc": "x", "no": "y", "b": "1e999", "lm": "-inf"})),
     "shard stats that are no numbers": ("shard_stats", lambda ix: ix.client.hset(
         shard(ix, A).stats, mapping={"used_bytes": "x", "nodes": "1e999"})),
+    "a write counter that is no number": ("shard_stats", lambda ix: ix.client.hset(
+        shard(ix, A).stats, "writes", "q")),
+    "a link counter that is no number": ("shard_stats", lambda ix: ix.client.hset(
+        shard(ix, A).stats, "links", "q")),
+    "bytes on a segment that are no number": ("shard_stats", lambda ix: ix.client.hset(
+        shard(ix, A).stats, "su:ssd", "q")),
     "a fence nobody raised": ("shard_stats",
                               lambda ix: ix.client.zadd(shard(ix, B).fences, {"junk": 1e300})),
     "a leaf index entry that is no node": (
@@ -208,3 +214,38 @@ def test_repair_settles_leftovers_of_a_crashed_writer_in_one_run(index: Index) -
     repaired = check(index.ctx, repair=True)
     assert repaired.resolver.dropped == 11, repaired.resolver
     assert index.usage().nodes == 3 and check(index.ctx).clean
+
+
+def test_junk_in_a_shards_stats_never_stops_a_write_half_way(index: Index) -> None:
+    """Scripts are not rolled back: a HINCRBY on a junk stats value used to fail after the
+    script's node writes (an eviction evicted, then failed). Stats are derived (fsck
+    recounts them), so the scripts take junk as a wrong count instead; fsck reports it and
+    one repair mends it, node junk and all."""
+    build(index)
+    stats = shard(index, C).stats
+    index.client.hset(stats, mapping={"writes": "q", "links": "?"})
+    index.client.hset(node(index, B), "nc", "y")  # node junk too
+    report = index.evict(target_ratio=0)
+    assert report.objects == 3, report
+    assert all(index.object_info(f"{h}_0_k") is None for h in (A, B, C))
+    found = check(index.ctx)
+    assert "shard_stats" in found.counts, found.problems
+    repaired = check(index.ctx, repair=True)  # neither raises nor leaves junk
+    assert repaired.repaired, repaired.problems
+    after = check(index.ctx)
+    assert after.clean, after.problems
+    values = index.client.hgetall(stats)
+    assert all(v.lstrip("-").isdigit() for f, v in values.items() if f != "gen"), values
+
+
+def test_the_first_repair_mends_stats_and_node_junk_together(index: Index) -> None:
+    """Junk stats beside node damage in the same shard (a dangling child, whose mending
+    unlinks it there, and counters that are no numbers): one repair leaves it clean."""
+    build(index)
+    index.client.hset(shard(index, C).stats, "writes", "q")
+    CORRUPTIONS["dangling_child"](index)  # C lists a child that does not exist
+    index.client.hset(node(index, B), mapping={"nc": "x", "b": "y"})
+    repaired = check(index.ctx, repair=True)
+    assert repaired.repaired, repaired.problems
+    after = check(index.ctx)
+    assert after.clean, after.problems

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 from helpers import assert_consistent, build_small_tree, default_shard, other_shard, page
+from interleaving import invariant_s
 
 from mooncake_redis import Index
+from mooncake_redis.operations.fsck import check
 from mooncake_redis.tree.links import outbox_member, pending_member, resolve
 
 A, B = page("resolver-a"), page("resolver-b")
@@ -73,3 +75,22 @@ def test_every_run_is_bounded_in_time(index: Index, backend: str) -> None:
     second = resolve(index.ctx, grace_ms=0)
     assert not second.unfinished and first.dropped + second.dropped == len(links), second
     assert_consistent(index)
+
+
+def test_a_planted_unlink_intent_for_a_live_link_is_dropped_not_run(index: Index) -> None:
+    """A well-formed outbox intent "child|parent|epoch" at the link's own epoch, though no
+    deleter wrote it: the child lives and names the parent, so the resolver drops the
+    entry and leaves the link (it used to unlink the parent's side: invariant S broken)."""
+    index.put(f"{A}_0_k", 1)
+    index.put(f"{B}_0_k", 1, parent_block_hash=A)
+    index.resolve(grace_ms=0)
+    epoch = index.client.hget(index.ctx.schema.node(B), "pe")
+    outbox = index.ctx.schema.shard_keys(index.ctx.shard(B)).outbox
+    index.client.zadd(outbox, {outbox_member(B, A, epoch): 1})
+    report = resolve(index.ctx, grace_ms=0)
+    index.ctx.flush()
+    assert invariant_s(index) == []
+    assert report.intents == 0 and report.malformed == 1, report
+    assert index.get_node(A).children == [B]  # type: ignore[union-attr]
+    assert index.client.zcard(outbox) == 0
+    assert check(index.ctx).clean

@@ -42,6 +42,7 @@ from mooncake_redis.values import (
     NodeFields,
     child_field,
     decode_object,
+    is_counter_text,
     is_epoch_text,
     object_value_damage,
     parent_of,
@@ -53,6 +54,10 @@ from mooncake_redis.values import (
 SHARDS_PER_STEP = 16
 RECOUNT_TRIES = 3
 TYPES_PER_BATCH = 1000
+COUNTER_STATS = frozenset({"used_bytes", "objects", "nodes", "fences", "shells", "writes",
+                           "links", "limit"})
+"""The shard stats fields that are integers (with su:<segment>); `gen` is the borrowing
+keeper's text stamp."""
 SHARD_KEY_TYPES = {"leaves": "zset", "soft_leaves": "zset", "stats": "hash", "pending": "zset",
                    "fences": "zset", "outbox": "zset", "events": "stream"}
 
@@ -318,7 +323,12 @@ class _Checker:
         segment_counts = {f[3:]: to_int(v) for f, v in shard.stats.items()
                           if f.startswith("su:") and to_int(v)}
         on_segments = {name: size for name, size in on_segments.items() if size}
-        stats_wrong = counted != actual or segment_counts != on_segments
+        junk = {f: v for f, v in shard.stats.items()
+                if (f in COUNTER_STATS or f.startswith("su:")) and not is_counter_text(v)}
+        if junk:
+            report.add("shard_stats", f"shard {shard.name} stats that are no integers "
+                                      f"{dict(sorted(junk.items()))}")
+        stats_wrong = counted != actual or segment_counts != on_segments or bool(junk)
         if segment_counts != on_segments:
             report.add("shard_stats", f"shard {shard.name} bytes per segment {segment_counts} "
                                       f"!= {on_segments}")

@@ -204,7 +204,8 @@ class ResolverReport:
     """Fences past the link epoch horizon, dropped."""
     malformed: int = 0
     """Pending or outbox entries that cannot stand for a link where they were read (not
-    "<hash>|<hash>|<epoch>", or in another shard's set than their owner's): dropped."""
+    "<hash>|<hash>|<epoch>", or in another shard's set than their owner's), and unlink
+    intents whose child lives and names the parent (no deleter wrote them): dropped."""
     unfinished: bool = False
     """The run stopped at its budget or time limit with entries left for the next run."""
 
@@ -348,8 +349,9 @@ def resolve(ctx: Context, grace_ms: int | None = None, budget: int = 100_000,
     while True:
         cutoff = ctx.redis_time_ms() - grace
         malformed = report.malformed
-        intents = [(parent, child, epoch) for child, parent, epoch
-                   in _old_entries(ctx, "outbox", cutoff, where, report)]
+        intents = _of_deleted_children(ctx, [
+            (parent, child, epoch) for child, parent, epoch
+            in _old_entries(ctx, "outbox", cutoff, where, report)], report)
         cascade(ctx, intents)
         report.intents += len(intents)
         pending = _old_entries(ctx, "pending", cutoff, where, report)
@@ -364,6 +366,30 @@ def resolve(ctx: Context, grace_ms: int | None = None, budget: int = 100_000,
                         "the next run goes on", "budget" if budget <= 0 else "time limit",
                         ctx.schema.namespace)
             return report
+
+
+def _of_deleted_children(ctx: Context, intents: list[Intent],
+                         report: ResolverReport) -> list[Intent]:
+    """The unlink intents read from the outbox whose child no longer names the parent.
+    A deleter writes an intent as it deletes the child, and a child that comes back links
+    at a newer epoch, so an intent whose child lives and names its parent was written by
+    no deleter (planted): running it would drop a live link's parent side (invariant S).
+    Those are dropped from the outbox, counted as malformed and logged."""
+    if not intents:
+        return intents
+    batch = ctx.batch()
+    for _, child, _ in intents:
+        batch.command("HGET", ctx.schema.node(child), "p")
+    names = batch.execute()
+    live = [intent for intent, p in zip(intents, names)
+            if not isinstance(p, Exception) and parent_of(p) == intent[0]]
+    if not live:
+        return intents
+    report.malformed += len(live)
+    log.warning("dropping %d outbox entries of links that are live (their child names "
+                "the parent; first: %s)", len(live), "|".join(live[0][1::-1]))
+    clear_outbox(ctx, live)
+    return [intent for intent in intents if intent not in live]
 
 
 def trim_fences(ctx: Context, shards: Sequence[str]) -> int:
