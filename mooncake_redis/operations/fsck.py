@@ -57,7 +57,7 @@ TYPES_PER_BATCH = 1000
 COUNTER_STATS = frozenset({"used_bytes", "objects", "nodes", "fences", "shells", "writes",
                            "links", "limit"})
 """The shard stats fields that are integers (with su:<segment>); `gen` is the borrowing
-keeper's text stamp."""
+keeper's text stamp and `replid` the failover check's record (operations/failover.py)."""
 SHARD_KEY_TYPES = {"leaves": "zset", "soft_leaves": "zset", "stats": "hash", "pending": "zset",
                    "fences": "zset", "outbox": "zset", "events": "stream"}
 
