@@ -128,8 +128,15 @@ def run_losing(proxy: LossyProxy, redis_url: str, case: Case,
     return lost, outcome, direct
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_losing_each_reply_in_turn(proxy: LossyProxy, redis_url: str, case: Case) -> None:
+SWEEPS = 3
+"""The proxy counts round trips by who spoke last, so a pipeline Redis starts answering
+before the client has sent all of it counts as two, and a sweep can step over a call (the
+eviction job's one write call was stepped over 1 run in 8 under load): an unsafe case
+sweeps again until a lost write reply has been seen, up to SWEEPS times."""
+
+
+def sweep(proxy: LossyProxy, redis_url: str, case: Case) -> list[str]:
+    """Lose each reply of the operation once, in turn; the outcomes' type names."""
     outcomes = []
     for round_trip in itertools.count():
         lost, outcome, direct = run_losing(proxy, redis_url, case, round_trip)
@@ -143,6 +150,16 @@ def test_losing_each_reply_in_turn(proxy: LossyProxy, redis_url: str, case: Case
         assert report.clean, (round_trip, report.problems)
         case.expect(direct)
     assert outcomes, "no reply was ever lost: the test tested nothing"
+    return outcomes
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_losing_each_reply_in_turn(proxy: LossyProxy, redis_url: str, case: Case) -> None:
+    outcomes = sweep(proxy, redis_url, case)
+    for _ in range(SWEEPS - 1):
+        if not case.unsafe or "OutcomeUnknown" in outcomes:
+            break
+        outcomes = sweep(proxy, redis_url, case)
     if case.unsafe:
         assert "OutcomeUnknown" in outcomes, outcomes
     print(f"{case.name}: {len(outcomes)} round trips, each reply lost once: {outcomes}")
