@@ -66,9 +66,9 @@ def recording() -> Iterator[list[list[tuple[Any, ...]]]]:
     pipelines: list[list[tuple[Any, ...]]] = []
     original = executor.Pipeline.start.__func__  # type: ignore[attr-defined]
 
-    def start(cls: Any, client: Any, commands: list[tuple[Any, ...]]) -> Any:
+    def start(cls: Any, client: Any, commands: list[tuple[Any, ...]], *args: Any) -> Any:
         pipelines.append(list(commands))
-        return original(cls, client, commands)
+        return original(cls, client, commands, *args)
 
     executor.Pipeline.start = classmethod(start)  # type: ignore[method-assign,assignment]
     try:
