@@ -850,8 +850,9 @@ local function check_parent(n, parent, epoch, checked, batch, here, max_depth)
     end
     return 'same'
   end
-  -- children from before this batch: only through them can a cycle close
-  local children = n.exists and n.nc0 > 0 and n.lb0 ~= batch
+  -- children now (this call's too: an item may have made an older node with descendants
+  -- a child of n), unless n is a shell this batch made: only through them can a cycle close
+  local children = n.exists and (n.nc or 0) > 0 and n.lb0 ~= batch
   if here then
     if children and checked == '0' then
       local cycle = closes_cycle(n, parent, max_depth)
@@ -891,7 +892,7 @@ local function apply_parent(n, parent, epoch, how, batch, q, f)
   local flag = 'L'
   if how == 'new' or how == 'walked' then
     if (n.nc or 0) > 0 then n.s.dlk = n.s.dlk + 1 end
-    if how == 'new' and n.exists and n.nc0 > 0 and n.lb0 ~= batch then flag = 'C' end
+    if how == 'new' and n.exists and (n.nc or 0) > 0 and n.lb0 ~= batch then flag = 'C' end
     if q then epoch = local_epoch(n, q, f, epoch) end
     set(n, 'p', parent)
     set(n, 'pe', epoch)

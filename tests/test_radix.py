@@ -167,6 +167,20 @@ def test_a_loop_above_the_parent_refuses_only_the_link_that_closes_it(index: Ind
     assert_consistent(index)
 
 
+def test_a_batch_that_gives_a_new_node_a_child_with_descendants_walks_its_own_link(
+        index: Index) -> None:
+    """C is a shell with child D (no parent). One batch links C under A, a node it makes
+    (so A's only child, C, comes from this batch and brings D along), then A under D:
+    D -> C -> A -> D would close. The second link is refused. Found by hypothesis (seed
+    3137763343 of test_model): the call walked only nodes with children from before the
+    batch, and wrote the cycle."""
+    put(index, D, parent=C)
+    results = index.batch_put_start([(f"{C}_0_k", 1, A), (f"{A}_0_k", 1, D)])
+    assert results[0].ok and isinstance(results[1].error, CycleDetected)
+    assert index.get_node(C).parent == A and index.get_node(A).parent is None  # type: ignore[union-attr]
+    assert_consistent(index)
+
+
 def test_match_prefix_counts_the_leading_run_of_complete_pages(index: Index) -> None:
     chain = [page(f"chain-{i}") for i in range(50)]
     results = index.batch_put_start([(f"{h}_0_k", 10, p)
