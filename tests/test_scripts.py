@@ -32,6 +32,7 @@ from mooncake_redis.scripts import (
     library_parts,
     read_lua,
 )
+from mooncake_redis.values import child_field
 
 STOP = "mooncake-test-stop-monitor"
 KEYLESS = {"TIME"}
@@ -131,6 +132,12 @@ def exercise_every_script(index: Index) -> None:
                                                                        16) % 2)
     split.put_start(f"{x}_0_k", 1)
     split.put_start(f"{y}_0_k", 1, parent_block_hash=x)  # link, then put
+    # the rival's link must be newer than the one x lists, or its step 1 changes nothing
+    # and leaves nothing to settle (each clock's epochs are Redis milliseconds, so the two
+    # writers' can be equal): each epoch() call takes the rival's clock one further
+    listed = int(index.client.hget(index.ctx.schema.node(x), child_field(y)))
+    while rival.ctx.epoch() <= listed:
+        pass
     with pytest.raises(ObjectAlreadyExists):  # its link is settled at once: resolve, unlink
         rival.put_start(f"{y}_0_k", 1, parent_block_hash=x)
     split.remove(f"{y}_0_k", force=True)  # delete: y's unlink from x waits for unlink
