@@ -107,6 +107,10 @@ def test_a_connection_killed_during_wait_raises_outcome_unknown(master: RedisSer
     def blocked_in_wait() -> list[int]:
         return [int(c["id"]) for c in admin.client_list() if c.get("cmd") == "wait"]
 
+    # scripts loaded and the namespace made while the replica answers: else the put's first
+    # call gets NOSCRIPT, runs nothing, and is rightly sent again after the kill, with a
+    # new WAIT (run alone, the test waited that one out)
+    index.put(f"{page('warm')}_0_k", 10)
     replica.pause()
     try:
         thread = threading.Thread(target=put, daemon=True)
