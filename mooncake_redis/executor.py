@@ -62,6 +62,7 @@ LOST = object()
 """Reply placeholder: the call was sent but its reply never came; it may have run."""
 
 CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+"""What a lost connection raises (redis-py's, or the socket's own)."""
 
 REROUTE_ERRORS = (redis.exceptions.MovedError, redis.exceptions.AskError)
 NOT_RUN_ERRORS = (*REROUTE_ERRORS, redis.exceptions.TryAgainError,
@@ -486,12 +487,11 @@ class Executor:
             if pipeline.error is not None:
                 self._last_failure = f"{type(pipeline.error).__name__}: {pipeline.error}"
             acknowledged = got.pop() if wait else None
-            if wait and acknowledged is not NOT_SENT and acknowledged is not LOST:
-                try:
-                    writes = [describe(queued[i]) for i in group if queued[i].writes]
-                    check_acks(acknowledged, self._policy, name_of(node), ", ".join(writes))
-                except ReplicationIncomplete as error:
-                    shortfalls.append(error)
+            if wait and acknowledged is not NOT_SENT and acknowledged is not LOST and \
+                    not acks_enough(acknowledged, self._policy):
+                writes = ", ".join(describe(queued[i]) for i in group if queued[i].writes)
+                shortfalls.append(replication_incomplete(acknowledged, self._policy,
+                                                         name_of(node), writes))
             if asking:
                 got = got[1::2]
             clean = pipeline.clean
@@ -548,7 +548,7 @@ class Pipeline:
             pipeline.connection = idle_connections.take(pool)
             if pipeline.connection._sock is None:
                 pipeline.connection.connect()
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) \
+        except CONNECTION_ERRORS \
                 as error:
             if pipeline.connection is not None:
                 pool.release(pipeline.connection)
@@ -558,7 +558,7 @@ class Pipeline:
         try:
             connection = pipeline.connection
             connection.send_packed_command(pack(connection, commands))
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) \
+        except CONNECTION_ERRORS \
                 as error:
             pipeline.failed, pipeline.error = LOST, error  # part may have reached the server
         return pipeline
@@ -583,7 +583,7 @@ class Pipeline:
                             redis.exceptions.BusyLoadingError) as error:
                         replies.append(error)
                         self.clean = False
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) \
+        except CONNECTION_ERRORS \
                 as error:
             self.clean = False
             self.error = error
@@ -631,7 +631,7 @@ class IdleConnections:
             try:
                 if connection._sock is not None and connection.can_read():
                     raise redis.exceptions.ConnectionError("connection has unread data")
-            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
+            except CONNECTION_ERRORS:
                 connection.disconnect()  # Pipeline.start connects it again
             return connection
         return pool.get_connection()
@@ -824,11 +824,15 @@ def unconfirmed_writes(queued: Sequence[Queued], group: list[int],
             and not isinstance(reply, (*NOT_RUN_ERRORS, redis.exceptions.NoScriptError))]
 
 
-def check_acks(acknowledged: Any, policy: Policy, where: str, calls: str) -> None:
-    """Raise ReplicationIncomplete unless a WAIT reply counts enough acknowledgements."""
-    if isinstance(acknowledged, int) and acknowledged >= policy.wait_acks:
-        return
-    raise ReplicationIncomplete(
+def acks_enough(acknowledged: Any, policy: Policy) -> bool:
+    """Whether a WAIT reply counts wait_acks acknowledgements."""
+    return isinstance(acknowledged, int) and acknowledged >= policy.wait_acks
+
+
+def replication_incomplete(acknowledged: Any, policy: Policy, where: str,
+                           calls: str) -> ReplicationIncomplete:
+    """The error for a WAIT reply that counts too few acknowledgements."""
+    return ReplicationIncomplete(
         f"{where}: WAIT counted {acknowledged!r} of wait_acks={policy.wait_acks} Redis "
         f"replica acknowledgements within {policy.wait_timeout_ms} ms for {calls}; these "
         "writes are applied on the primary but a failover now could lose them")
