@@ -94,16 +94,3 @@ class RedisServer:
         if self._owns_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
 
-
-def start_replica(master: RedisServer) -> RedisServer:
-    """A redis-server replicating `master`, returned once its link to it is up (the
-    initial sync done)."""
-    replica = RedisServer("--replicaof", "127.0.0.1", str(master.port))
-    client = redis.Redis(port=replica.port, socket_timeout=5, decode_responses=True)
-    deadline = time.monotonic() + 30
-    while client.info("replication").get("master_link_status") != "up":
-        if time.monotonic() > deadline:
-            replica.stop()
-            raise RuntimeError(f"replica on port {replica.port} did not sync in 30 s")
-        time.sleep(0.01)
-    return replica

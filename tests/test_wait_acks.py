@@ -13,7 +13,7 @@ import pytest
 import redis
 from clock import joined, wait_until
 from helpers import page
-from redis_server import RedisServer, start_replica
+from redis_server import RedisServer
 
 from mooncake_redis import Index, OutcomeUnknown, ReplicationIncomplete
 
@@ -27,7 +27,7 @@ def master() -> Iterator[RedisServer]:
 
 @pytest.fixture
 def replica(master: RedisServer) -> Iterator[RedisServer]:
-    server = start_replica(master)
+    server = master.start_replica()
     yield server
     server.stop()
 
