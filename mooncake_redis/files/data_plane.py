@@ -30,7 +30,7 @@ from mooncake_redis.errors import (
 )
 from mooncake_redis.index import Index
 from mooncake_redis.models import ObjectInfo, Replica, Result
-from mooncake_redis.store.events import Event
+from mooncake_redis.store.events import Event, ShardObject
 from mooncake_redis.store.objects import object_info
 from mooncake_redis.values import object_field
 
@@ -237,10 +237,8 @@ class FileDataPlane:
         files, older than resync_min_age_s: what writers that died between a file and its
         put left (one listing of the whole namespace). Younger ones are counted in
         `spared`; a later sweep takes them."""
-        live = {replica.location for stored in self.events.list_all()
-                for replica in stored.replicas if self.store.is_ours(replica)}
-        return self.store.collect(lambda key: True, live, self.resync_min_age_s,
-                                  self.clock())
+        return self.store.collect(lambda key: True, self._live(self.events.list_all()),
+                                  self.resync_min_age_s, self.clock())
 
     def _resync(self, shards: set[str]) -> Released:
         """collect() the shards' files from their listing (one shard's, or the namespace's
@@ -248,16 +246,20 @@ class FileDataPlane:
         of those is past the grace."""
         listing = self.events.list_shard(next(iter(shards))) if len(shards) == 1 else \
             self.events.list_all()
-        live = {replica.location for stored in listing
-                for replica in stored.replicas if self.store.is_ours(replica)}
-        released = self.store.collect(lambda key: self._shard_of(key) in shards, live,
-                                      self.resync_min_age_s, self.clock())
+        released = self.store.collect(lambda key: self._shard_of(key) in shards,
+                                      self._live(listing), self.resync_min_age_s,
+                                      self.clock())
         for shard in shards:
             if released.due is None:
                 self.due.pop(shard, None)
             else:
                 self.due[shard] = released.due
         return released
+
+    def _live(self, listing: Iterable[ShardObject]) -> set[str]:
+        """The locations of this store's replicas among a listing's stored objects."""
+        return {replica.location for stored in listing
+                for replica in stored.replicas if self.store.is_ours(replica)}
 
     def _shard_of(self, key: str) -> str | None:
         try:
