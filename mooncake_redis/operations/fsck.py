@@ -23,7 +23,7 @@ from typing import Any
 
 from mooncake_redis.context import Context
 from mooncake_redis.errors import MooncakeRedisError
-from mooncake_redis.executor import Batch, score_pairs
+from mooncake_redis.executor import Batch, score_pairs, tag_of
 from mooncake_redis.keys import SHARD_KEY_NAMES
 from mooncake_redis.prefix import SHARD_COUNTS, V4_LAYOUT, ShardLayout, shard_of
 from mooncake_redis.tree.links import (
@@ -118,7 +118,7 @@ def check(ctx: Context, repair: bool = False, shards: Sequence[str] | None = Non
     node_keys: dict[str, list[str]] = defaultdict(list)
     for page in scan_node_keys(ctx, any_layout=True):
         for key in page:
-            node_keys[key.split("{", 1)[1].split("}", 1)[0]].append(key)
+            node_keys[tag_of(key)].append(key)
     checker.drop_unusable_keys(todo, node_keys, every_shard=shards is None)
     if repair and checker.report.counts["node_of_another_layout"]:
         repair = checker.repair = False  # counters recounted under a wrong layout would be
@@ -152,7 +152,7 @@ def check_links_of(ctx: Context, node_keys: Sequence[str], repair: bool = False)
     checker = _Checker(ctx, repair)
     by_tag: dict[str, list[str]] = defaultdict(list)
     for key in node_keys:
-        by_tag[key.split("{", 1)[1].split("}", 1)[0]].append(key)
+        by_tag[tag_of(key)].append(key)
 
     def queue(batch: Batch, tag: str) -> None:
         batch.command("ZRANGE", ctx.schema.shard_keys(tag).pending, 0, -1)
