@@ -48,7 +48,7 @@ from redis.exceptions import NoPermissionError, RedisClusterException
 from mooncake_redis.connection import is_in_process
 from mooncake_redis.context import Context
 from mooncake_redis.errors import ClusterUnavailable
-from mooncake_redis.executor import Batch
+from mooncake_redis.executor import Batch, server_of
 from mooncake_redis.tree.matching import primaries
 
 from .fsck import check_links_of
@@ -109,14 +109,7 @@ def serving_nodes(ctx: Context) -> dict[str, tuple[str, Any]]:
         except RedisClusterException as error:  # mid-failover: a slot without a node
             raise ClusterUnavailable(f"the cluster's slot map: {error}") from error
         return nodes
-    return dict.fromkeys(ctx.all_shards(), (address(client), client))
-
-
-def address(client: Any) -> str:
-    """host:port (or the socket path) of a client of one Redis server: a name that stays
-    when redis-py makes new client objects for the same server."""
-    options = client.connection_pool.connection_kwargs
-    return str(options.get("path") or f"{options.get('host')}:{options.get('port')}")
+    return dict.fromkeys(ctx.all_shards(), (server_of(client), client))
 
 
 class FailoverHealer:
@@ -218,7 +211,7 @@ class FailoverHealer:
         keys: list[str] = []
         names = []
         for client in primaries(ctx.client):
-            name = address(client)
+            name = server_of(client)
             names.append(name)
             if name in self._swept:
                 continue
